@@ -1,0 +1,44 @@
+"""Streaming semi-CRF inference: O(K·C) forward state, checkpointed hand-written backward.
+
+Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
+:func:`semi_crf_streaming_viterbi` (best segmentations), :func:`semi_crf_streaming_marginals`
+(posterior marginals). See ``docs/internals.md`` for the algorithm.
+"""
+
+from .autograd import (
+    MarginalsResult,
+    SemiCRFStreaming,
+    SemiCRFStreamingTriton,
+    ViterbiResult,
+    semi_crf_streaming_forward,
+    semi_crf_streaming_marginals,
+    semi_crf_streaming_viterbi,
+    triton_available,
+)
+from .constants import NEG_INF
+from .pytorch_reference import (
+    semi_crf_streaming_backward_pytorch,
+    semi_crf_streaming_forward_pytorch,
+    semi_crf_streaming_viterbi_pytorch,
+)
+from .segments import Segment, labels_to_segments, segments_to_labels
+from .validation import validate_streaming_inputs
+
+__all__ = [
+    "NEG_INF",
+    "MarginalsResult",
+    "Segment",
+    "SemiCRFStreaming",
+    "SemiCRFStreamingTriton",
+    "ViterbiResult",
+    "labels_to_segments",
+    "segments_to_labels",
+    "semi_crf_streaming_backward_pytorch",
+    "semi_crf_streaming_forward",
+    "semi_crf_streaming_forward_pytorch",
+    "semi_crf_streaming_marginals",
+    "semi_crf_streaming_viterbi",
+    "semi_crf_streaming_viterbi_pytorch",
+    "triton_available",
+    "validate_streaming_inputs",
+]

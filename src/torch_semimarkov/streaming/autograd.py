@@ -1,0 +1,364 @@
+"""Public streaming API: dispatch between the PyTorch and Triton paths, and the autograd Functions.
+
+The Triton kernels are used when the tensors are on a CUDA device, Triton imports and
+``use_triton=True``; otherwise the PyTorch path runs (on any device). Both paths return the same
+quantities; the backward is hand-written (checkpointed recompute), never an autograd graph over T.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, NamedTuple, Optional
+
+import torch
+
+from .pytorch_reference import (
+    semi_crf_streaming_backward_pytorch,
+    semi_crf_streaming_forward_pytorch,
+    semi_crf_streaming_viterbi_pytorch,
+)
+from .segments import Segment, segments_from_boundaries
+from .validation import StreamingInputs, validate_streaming_inputs
+
+_TRITON = None  # (forward launcher, backward launcher, viterbi launcher) or False once probed
+
+
+def _triton_launchers():
+    """Import the Triton launchers once; ``False`` when Triton is not usable here."""
+    global _TRITON
+    if _TRITON is None:
+        try:
+            from .triton_backward import launch_streaming_triton_backward
+            from .triton_forward import launch_streaming_triton_kernel, launch_streaming_triton_viterbi
+
+            _TRITON = (launch_streaming_triton_kernel, launch_streaming_triton_backward, launch_streaming_triton_viterbi)
+        except Exception:  # noqa: BLE001 - any import failure means: no Triton path
+            _TRITON = False
+    return _TRITON
+
+
+def triton_available() -> bool:
+    """True when the Triton kernels can be imported (they still need CUDA tensors to run)."""
+    return bool(_triton_launchers())
+
+
+def _can_use_triton(inp: StreamingInputs, use_triton: bool) -> bool:
+    return bool(use_triton) and inp.cum_scores.is_cuda and triton_available()
+
+
+def _debug() -> bool:
+    return os.environ.get("TORCH_SEMIMARKOV_DEBUG", "") not in ("", "0")
+
+
+def _check_finite(what: str, backend: str, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and not bool(torch.isfinite(t).all()):
+            n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+            raise RuntimeError(f"Non-finite values in {what} ({backend}): {name} has {n_nan} NaN, {n_inf} Inf")
+
+
+def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
+    """Turn unscaled marginals into gradients of sum_b grad_output[b] * logZ[b]."""
+    cum_scores = ctx.saved_tensors[0]
+    B, T1, C = cum_scores.shape
+    go = grad_output.to(p_start.dtype)
+    scale = go.view(B, 1, 1)
+    need = ctx.needs_input_grad
+    grad_cum = grad_tr = grad_db = grad_ps = grad_pe = None
+    if need[0]:
+        grad_cum = torch.zeros_like(cum_scores)
+        grad_cum[:, 1:] += p_end
+        grad_cum[:, :-1] -= p_start
+        grad_cum.mul_(scale)
+    go64 = grad_output.to(torch.float64)
+    if need[1]:
+        grad_tr = torch.einsum("b...,b->...", g_tr.to(torch.float64), go64).to(cum_scores.dtype)
+    if need[2]:
+        grad_db = torch.einsum("bkc,b->kc", g_db.to(torch.float64), go64).to(cum_scores.dtype)
+    if need[5]:
+        grad_ps = p_start * scale
+    if need[6]:
+        grad_pe = p_end * scale
+    return grad_cum, grad_tr, grad_db, grad_ps, grad_pe
+
+
+class _StreamingFunction(torch.autograd.Function):
+    """log Z with a hand-written checkpointed backward. Subclasses pick the implementation."""
+
+    backend = "PyTorch"
+
+    @staticmethod
+    def _forward_impl(*args, **kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def _backward_impl(*args, **kwargs):
+        raise NotImplementedError
+
+    @classmethod
+    def _forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
+        partition, ring_ckpts, interval, norm_ckpts = cls._forward_impl(
+            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps
+        )
+        if _debug():
+            _check_finite("forward partition", cls.backend, partition=partition)
+        ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts)
+        ctx.K, ctx.interval, ctx.num_warps = K, interval, num_warps
+        return partition
+
+    @classmethod
+    def _backward(cls, ctx, grad_output):
+        cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts = ctx.saved_tensors
+        p_start, p_end, g_tr, g_db = cls._backward_impl(
+            cum_scores, transition, duration_bias, lengths, ctx.K, partition, ring_ckpts, ctx.interval, norm_ckpts,
+            proj_start, proj_end, ctx.num_warps,
+        )
+        grads = _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+        if _debug():
+            names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
+            _check_finite("CRF backward", cls.backend, **dict(zip(names, grads)))
+        grad_cum, grad_tr, grad_db, grad_ps, grad_pe = grads
+        return grad_cum, grad_tr, grad_db, None, None, grad_ps, grad_pe, None, None
+
+
+class SemiCRFStreaming(_StreamingFunction):
+    """Autograd Function for log Z on the PyTorch path (any device)."""
+
+    backend = "PyTorch"
+
+    @staticmethod
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
+        return semi_crf_streaming_forward_pytorch(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
+        )
+
+    @staticmethod
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps):
+        return semi_crf_streaming_backward_pytorch(
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end
+        )
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=4):
+        return SemiCRFStreaming._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return SemiCRFStreaming._backward(ctx, grad_output)
+
+
+class SemiCRFStreamingTriton(_StreamingFunction):
+    """Autograd Function for log Z on the Triton path (CUDA tensors)."""
+
+    backend = "Triton"
+
+    @staticmethod
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
+        launch_forward = _triton_launchers()[0]
+        return launch_forward(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval, num_warps
+        )
+
+    @staticmethod
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps):
+        launch_backward = _triton_launchers()[1]
+        return launch_backward(
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps
+        )
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=4):
+        return SemiCRFStreamingTriton._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return SemiCRFStreamingTriton._backward(ctx, grad_output)
+
+
+def _function_for(inp: StreamingInputs, use_triton: bool):
+    return SemiCRFStreamingTriton if _can_use_triton(inp, use_triton) else SemiCRFStreaming
+
+
+def semi_crf_streaming_forward(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    semiring: str = "log",
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    use_triton: bool = True,
+    num_warps: int = 4,
+    checkpoint_interval: Optional[int] = None,
+) -> torch.Tensor:
+    """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
+
+    Args:
+        cum_scores: (B, T+1, C) float32/float64 cumulative label scores; ``cum_scores[:, 0] = 0``
+            and ``cum_scores[:, t]`` sums the per-position scores of positions 0..t-1.
+        transition: (C, C) scores ``[c_src, c_dst]`` (``-inf`` forbids a move), or (K, C, C)
+            duration-dependent, indexed ``[k-1]`` for the segment being entered.
+        duration_bias: (K, C), row ``k-1`` is the bias of a duration-k segment.
+        lengths: (B,) integer lengths in [1, T].
+        K: maximum segment duration (any K >= 1; K = 1 is a linear-chain CRF).
+        semiring: ``"log"`` for log Z (differentiable) or ``"max"`` for the Viterbi score.
+        proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
+            its last position) at a position.
+        use_triton: use the Triton kernels when the tensors are on CUDA.
+        num_warps: Triton warps per program.
+        checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
+
+    Returns:
+        (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_forward
+        >>> B, T, K, C = 2, 50, 8, 4
+        >>> scores = torch.randn(B, T, C)
+        >>> cum = torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0))
+        >>> transition = torch.zeros(C, C, requires_grad=True)
+        >>> log_z = semi_crf_streaming_forward(cum, transition, torch.zeros(K, C), torch.tensor([50, 31]), K)
+        >>> log_z.sum().backward(); transition.grad.shape
+        torch.Size([4, 4])
+    """
+    inp = validate_streaming_inputs(
+        cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
+    )
+    if semiring == "max":
+        return semi_crf_streaming_viterbi(
+            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
+        ).scores
+    fn = _function_for(inp, use_triton)
+    return fn.apply(
+        inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
+        checkpoint_interval, num_warps,
+    )
+
+
+class ViterbiResult(NamedTuple):
+    """Best segmentations: ``scores`` (B,), ``labels`` (B, T) long (-1 past each length) and
+    ``segments``, for each sequence the list of :class:`Segment` tiling 0..L-1."""
+
+    scores: torch.Tensor
+    labels: torch.Tensor
+    segments: List[List[Segment]]
+
+
+def semi_crf_streaming_viterbi(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    use_triton: bool = True,
+    num_warps: int = 4,
+    checkpoint_interval: Optional[int] = None,
+    *,
+    _validated: Optional[StreamingInputs] = None,
+) -> ViterbiResult:
+    """Viterbi decoding: the highest-scoring segmentation of each sequence.
+
+    Takes the inputs of :func:`semi_crf_streaming_forward`. Ties break toward the smallest index
+    (predecessor label, then duration), identically on the CPU and the GPU.
+
+    Returns:
+        :class:`ViterbiResult` ``(scores, labels, segments)``. Not differentiable.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_viterbi
+        >>> cum = torch.nn.functional.pad(torch.randn(1, 12, 3).cumsum(1), (0, 0, 1, 0))
+        >>> out = semi_crf_streaming_viterbi(cum, torch.zeros(3, 3), torch.zeros(4, 3), torch.tensor([12]), 4)
+        >>> out.segments[0][0].start, out.segments[0][-1].end
+        (0, 12)
+    """
+    inp = _validated or validate_streaming_inputs(
+        cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, checkpoint_interval
+    )
+    args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K,
+            None if inp.proj_start is None else inp.proj_start.detach(),
+            None if inp.proj_end is None else inp.proj_end.detach())
+    with torch.no_grad():
+        if _can_use_triton(inp, use_triton):
+            scores, labels, starts = _triton_launchers()[2](*args, num_warps=num_warps)
+        else:
+            scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
+    labels_np = labels.cpu().numpy()
+    starts_np = starts.cpu().numpy()
+    lens = inp.lengths.tolist()
+    segments = [segments_from_boundaries(labels_np[b], starts_np[b], lens[b]) for b in range(len(lens))]
+    return ViterbiResult(scores, labels, segments)
+
+
+class MarginalsResult(NamedTuple):
+    """Posterior marginals of a semi-CRF.
+
+    * ``log_Z`` (B,): log partition.
+    * ``start`` (B, T, C): P(a segment with label c starts at position t).
+    * ``end`` (B, T, C): P(a segment with label c has its last position at t).
+    * ``position`` (B, T, C): P(position t has label c).
+    * ``boundary`` (B, T): P(a segment starts at t); 1 at t = 0.
+
+    Positions at or past a sequence's length are 0.
+    """
+
+    log_Z: torch.Tensor
+    start: torch.Tensor
+    end: torch.Tensor
+    position: torch.Tensor
+    boundary: torch.Tensor
+
+
+def semi_crf_streaming_marginals(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    use_triton: bool = True,
+    num_warps: int = 4,
+    checkpoint_interval: Optional[int] = None,
+) -> MarginalsResult:
+    """Posterior marginals from one streaming forward and backward pass (no edge tensor).
+
+    Takes the inputs of :func:`semi_crf_streaming_forward`.
+
+    Returns:
+        :class:`MarginalsResult` ``(log_Z, start, end, position, boundary)``. Not differentiable.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_marginals
+        >>> cum = torch.nn.functional.pad(torch.randn(1, 20, 3).cumsum(1), (0, 0, 1, 0))
+        >>> m = semi_crf_streaming_marginals(cum, torch.zeros(3, 3), torch.zeros(5, 3), torch.tensor([20]), 5)
+        >>> bool(torch.allclose(m.position.sum(-1), torch.ones(1, 20)))
+        True
+    """
+    inp = validate_streaming_inputs(
+        cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
+    )
+    args = [inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K]
+    ps = None if inp.proj_start is None else inp.proj_start.detach()
+    pe = None if inp.proj_end is None else inp.proj_end.detach()
+    with torch.no_grad():
+        if _can_use_triton(inp, use_triton):
+            launch_forward, launch_backward, _ = _triton_launchers()
+            log_z, ring, interval, norms = launch_forward(*args, "log", ps, pe, checkpoint_interval, num_warps)
+            p_start, p_end, _, _ = launch_backward(*args, log_z, ring, interval, norms, ps, pe, num_warps)
+        else:
+            log_z, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, "log", ps, pe, checkpoint_interval)
+            p_start, p_end, _, _ = semi_crf_streaming_backward_pytorch(*args, log_z, ring, interval, norms, ps, pe)
+    # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
+    starts64 = p_start.double().cumsum(1)
+    ends64 = p_end.double().cumsum(1)
+    position = starts64.clone()
+    position[:, 1:] -= ends64[:, :-1]
+    position = position.clamp_(0.0, 1.0).to(p_start.dtype)
+    boundary = p_start.sum(-1)
+    return MarginalsResult(log_z, p_start, p_end, position, boundary)

@@ -1,0 +1,103 @@
+"""Segments and per-position labels, and conversion between them.
+
+A :class:`Segment` covers positions ``start .. end-1`` (``end`` exclusive) with one label. A
+segmentation of a sequence of length L is a list of segments in order that tiles ``0 .. L-1``.
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Sequence
+
+import numpy as np
+import torch
+
+
+class Segment(NamedTuple):
+    """One segment: positions ``start .. end-1`` carry ``label``."""
+
+    start: int
+    end: int
+    label: int
+
+    @property
+    def duration(self) -> int:
+        return self.end - self.start
+
+
+def segments_from_boundaries(labels: np.ndarray, starts: np.ndarray, length: int) -> List[Segment]:
+    """Segments of one sequence from its per-position labels and segment-start flags.
+
+    Args:
+        labels: (T,) integer labels; only ``labels[:length]`` is read.
+        starts: (T,) bool, True where a segment starts; ``starts[0]`` must be True.
+        length: the sequence length L.
+    """
+    begin = np.flatnonzero(starts[:length])
+    end = np.append(begin[1:], length)
+    lab = labels[begin]
+    return [Segment(int(s), int(e), int(c)) for s, e, c in zip(begin, end, lab)]
+
+
+def labels_to_segments(labels: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> List[List[Segment]]:
+    """Split per-position labels into segments: each maximal run of one label is one segment.
+
+    Note that two adjacent segments with the same label cannot be told apart from labels alone;
+    use the ``segments`` returned by :func:`semi_crf_streaming_viterbi` when that matters.
+
+    Args:
+        labels: (B, T) or (T,) integer labels. Positions at or past a sequence's length are ignored.
+        lengths: (B,) lengths; default: the whole row, or up to the first negative label.
+
+    Returns:
+        For each sequence, its list of :class:`Segment` in order.
+
+    Example:
+        >>> labels_to_segments(torch.tensor([[0, 0, 2, 2, 2, 1]]))
+        [[Segment(start=0, end=2, label=0), Segment(start=2, end=5, label=2), Segment(start=5, end=6, label=1)]]
+    """
+    lab = torch.as_tensor(labels)
+    if lab.dim() == 1:
+        lab = lab[None]
+    if lab.dim() != 2:
+        raise ValueError(f"labels must have shape (batch, T) or (T,), got {tuple(lab.shape)}")
+    lab = lab.detach().cpu().numpy()
+    B, T = lab.shape
+    if lengths is None:
+        lens = [int(np.argmax(row < 0)) if (row < 0).any() else T for row in lab]
+    else:
+        lens = [int(x) for x in torch.as_tensor(lengths).reshape(-1).tolist()]
+        if len(lens) != B:
+            raise ValueError(f"lengths must have shape ({B},), got {len(lens)} values")
+    out = []
+    for b in range(B):
+        L = lens[b]
+        row = lab[b, :L]
+        if L == 0:
+            out.append([])
+            continue
+        if (row < 0).any():
+            raise ValueError(f"labels of sequence {b} are negative before its length {L}")
+        starts = np.ones(L, dtype=bool)
+        starts[1:] = row[1:] != row[:-1]
+        out.append(segments_from_boundaries(row, starts, L))
+    return out
+
+
+def segments_to_labels(
+    segments: Sequence[Sequence[Segment]], T: Optional[int] = None, fill_value: int = -1
+) -> torch.Tensor:
+    """Per-position labels (B, T) from segment lists; positions not covered get ``fill_value``.
+
+    Example:
+        >>> segments_to_labels([[Segment(0, 2, 1), Segment(2, 3, 0)]], T=4)
+        tensor([[ 1,  1,  0, -1]])
+    """
+    if T is None:
+        T = max((seg[-1][1] for seg in segments if len(seg)), default=0)
+    out = torch.full((len(segments), T), fill_value, dtype=torch.long)
+    for b, segs in enumerate(segments):
+        for s, e, c in segs:
+            if not 0 <= s < e <= T:
+                raise ValueError(f"segment {(s, e, c)} of sequence {b} does not lie in [0, {T})")
+            out[b, s:e] = c
+    return out

@@ -1,0 +1,182 @@
+"""Input validation shared by every streaming entry point.
+
+Each check raises a ``ValueError`` (or ``TypeError`` for wrong types) that names the argument and
+the expected shape or range, so that bad input never becomes a silent NaN or a crash inside a
+kernel. The checks are cheap: one pass over each tensor for NaN/Inf, no per-position work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .constants import NEG_INF
+
+SEMIRINGS = ("log", "max")
+
+
+@dataclass
+class StreamingInputs:
+    """Validated and normalised inputs of the streaming semi-CRF.
+
+    ``transition`` and ``duration_bias`` have ``-inf`` entries replaced by ``NEG_INF`` and are cast
+    to the dtype of ``cum_scores``; ``lengths`` is an int64 tensor on the device of ``cum_scores``.
+    """
+
+    cum_scores: torch.Tensor  # (B, T+1, C)
+    transition: torch.Tensor  # (C, C) or (K, C, C)
+    duration_bias: torch.Tensor  # (K, C)
+    lengths: torch.Tensor  # (B,) int64
+    K: int
+    proj_start: Optional[torch.Tensor]  # (B, T, C) or None
+    proj_end: Optional[torch.Tensor]  # (B, T, C) or None
+
+    @property
+    def batch(self) -> int:
+        return self.cum_scores.shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.cum_scores.shape[1] - 1
+
+    @property
+    def C(self) -> int:
+        return self.cum_scores.shape[2]
+
+    @property
+    def duration_transitions(self) -> bool:
+        return self.transition.dim() == 3
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _check_float_tensor(name: str, t, allow_neg_inf: bool = False) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"{name} must be float32 or float64, got {t.dtype}; half precision loses the "
+            "precision the log-partition needs (cast with .float())"
+        )
+    if allow_neg_inf:
+        bad = torch.isnan(t) | (t == float("inf"))
+        if bool(bad.any()):
+            raise ValueError(f"{name} contains NaN or +inf values (-inf is allowed and forbids a move)")
+    elif not bool(torch.isfinite(t).all()):
+        n_nan = int(torch.isnan(t).sum())
+        n_inf = int(torch.isinf(t).sum())
+        raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+
+
+def validate_streaming_inputs(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths,
+    K,
+    semiring: str = "log",
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    checkpoint_interval: Optional[int] = None,
+) -> StreamingInputs:
+    """Check the inputs of a streaming call and return them normalised.
+
+    Raises:
+        TypeError: an argument has the wrong Python or tensor type.
+        ValueError: a shape, size, range, dtype or device is wrong, or a tensor holds NaN/Inf.
+    """
+    if semiring not in SEMIRINGS:
+        raise ValueError(f"semiring must be one of {SEMIRINGS}, got {semiring!r}")
+    if isinstance(K, bool) or not isinstance(K, int):
+        if isinstance(K, torch.Tensor) and K.numel() == 1 and not K.dtype.is_floating_point:
+            K = int(K)
+        else:
+            raise TypeError(f"K must be a Python int, got {type(K).__name__}")
+    if K < 1:
+        raise ValueError(f"K (maximum segment duration) must be >= 1, got {K}")
+
+    _check_float_tensor("cum_scores", cum_scores)
+    if cum_scores.dim() != 3:
+        raise ValueError(
+            f"cum_scores must have shape (batch, T+1, C), got {cum_scores.dim()} dims {_shape(cum_scores)}"
+        )
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    if B < 1 or T < 1 or C < 1:
+        raise ValueError(f"cum_scores must have shape (batch>=1, T+1>=2, C>=1), got {_shape(cum_scores)}")
+    device = cum_scores.device
+    dtype = cum_scores.dtype
+
+    _check_float_tensor("transition", transition, allow_neg_inf=True)
+    if transition.dim() == 2:
+        if tuple(transition.shape) != (C, C):
+            raise ValueError(
+                f"transition must have shape (C, C) = ({C}, {C}) to match cum_scores, got {_shape(transition)}"
+            )
+    elif transition.dim() == 3:
+        if tuple(transition.shape) != (K, C, C):
+            raise ValueError(
+                f"duration-dependent transition must have shape (K, C, C) = ({K}, {C}, {C}), got {_shape(transition)}"
+            )
+    else:
+        raise ValueError(f"transition must have shape (C, C) or (K, C, C), got {_shape(transition)}")
+
+    _check_float_tensor("duration_bias", duration_bias, allow_neg_inf=True)
+    if tuple(duration_bias.shape) != (K, C):
+        raise ValueError(
+            f"duration_bias must have shape (K, C) = ({K}, {C}), got {_shape(duration_bias)}"
+        )
+
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the argument's name
+            raise TypeError(f"lengths must be a tensor of integers of shape (batch,), got {type(lengths).__name__}") from exc
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+        raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    if lengths.dim() != 1 or lengths.shape[0] != B:
+        raise ValueError(f"lengths must have shape (batch,) = ({B},), got {_shape(lengths)}")
+    lengths_cpu = lengths.detach().to("cpu")
+    lo, hi = int(lengths_cpu.min()), int(lengths_cpu.max())
+    if lo < 1 or hi > T:
+        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
+
+    for name, p in (("proj_start", proj_start), ("proj_end", proj_end)):
+        if p is None:
+            continue
+        _check_float_tensor(name, p)
+        if tuple(p.shape) != (B, T, C):
+            raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
+
+    tensors = {"cum_scores": cum_scores, "transition": transition, "duration_bias": duration_bias}
+    if isinstance(lengths, torch.Tensor):
+        tensors["lengths"] = lengths
+    if proj_start is not None:
+        tensors["proj_start"] = proj_start
+    if proj_end is not None:
+        tensors["proj_end"] = proj_end
+    for name, t in tensors.items():
+        if t.device != device:
+            raise ValueError(
+                f"all tensors must be on one device: cum_scores is on {device} but {name} is on {t.device}"
+            )
+
+    if checkpoint_interval is not None:
+        if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
+            raise TypeError(f"checkpoint_interval must be an int or None, got {type(checkpoint_interval).__name__}")
+        if checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be >= 1, got {checkpoint_interval}")
+
+    return StreamingInputs(
+        cum_scores=cum_scores,
+        transition=transition.to(dtype).clamp(min=NEG_INF),
+        duration_bias=duration_bias.to(dtype).clamp(min=NEG_INF),
+        lengths=lengths.to(device=device, dtype=torch.int64),
+        K=K,
+        proj_start=None if proj_start is None else proj_start.to(dtype),
+        proj_end=None if proj_end is None else proj_end.to(dtype),
+    )
