@@ -1,0 +1,216 @@
+"""Shared test helpers: one tolerance helper keyed by dtype, input factories, readable ids.
+
+Import the helpers with ``from conftest import assert_close, make_inputs, case_id``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, Optional, Sequence
+
+import pytest
+import torch
+
+from torch_semimarkov.streaming.segments import Segment
+
+#: The inputs of the streaming API that log Z is differentiable with respect to.
+DIFFERENTIABLE = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+
+#: (atol, rtol) per dtype: float64 compares two exact algorithms, float32 one rounding chain.
+TOLERANCES = {
+    torch.float64: (1e-9, 1e-9),
+    torch.float32: (1e-4, 1e-5),
+}
+
+
+def case_id(B: int, T: int, K: int, C: int, *extra) -> str:
+    """A readable parametrisation id such as ``B2-T63-K5-C7``."""
+    parts = [f"B{B}", f"T{T}", f"K{K}", f"C{C}"] + [str(e) for e in extra if e not in (None, "")]
+    return "-".join(parts)
+
+
+def assert_close(actual, expected, dtype: Optional[torch.dtype] = None, atol: Optional[float] = None,
+                 rtol: Optional[float] = None, msg: str = "") -> None:
+    """Assert |actual - expected| <= atol + rtol * |expected| elementwise, with tolerances by dtype.
+
+    The dtype defaults to the less precise of the two tensors. Fails on any NaN in either tensor
+    and reports the max absolute error, the max relative error and where the worst element is.
+    """
+    actual = torch.as_tensor(actual)
+    expected = torch.as_tensor(expected)
+    if dtype is None:
+        dtypes = [t.dtype for t in (actual, expected) if t.is_floating_point()]
+        dtype = torch.float32 if torch.float32 in dtypes else torch.float64
+    d_atol, d_rtol = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+    atol = d_atol if atol is None else atol
+    rtol = d_rtol if rtol is None else rtol
+    prefix = f"{msg}: " if msg else ""
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
+    )
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    n_nan_a, n_nan_e = int(torch.isnan(a).sum()), int(torch.isnan(e).sum())
+    assert n_nan_a == 0 and n_nan_e == 0, f"{prefix}NaN found: {n_nan_a} in actual, {n_nan_e} in expected"
+    if a.numel() == 0:
+        return
+    assert torch.equal(torch.isinf(a), torch.isinf(e)) and torch.equal(a[torch.isinf(a)], e[torch.isinf(e)]), (
+        f"{prefix}infinite entries differ"
+    )
+    fin = torch.isfinite(e)
+    a, e = a[fin], e[fin]
+    if a.numel() == 0:
+        return
+    err = (a - e).abs()
+    rel = err / e.abs().clamp_min(1e-300)
+    bad = err > atol + rtol * e.abs()
+    if bool(bad.any()):
+        i = int(torch.argmax(err))
+        raise AssertionError(
+            f"{prefix}{int(bad.sum())}/{err.numel()} elements differ ({dtype}, atol={atol:g}, rtol={rtol:g}): "
+            f"max abs err {float(err.max()):.3e}, max rel err {float(rel.max()):.3e}; "
+            f"worst flat index {i}: actual {float(a.reshape(-1)[i]):.10g} expected {float(e.reshape(-1)[i]):.10g}"
+        )
+
+
+def make_inputs(B: int, T: int, K: int, C: int, *, dtype: torch.dtype = torch.float64, seed: int = 0,
+                lengths=None, duration_transitions: bool = False, proj: str = "none",
+                scale: float = 1.0) -> Dict[str, object]:
+    """Random inputs of the streaming API as keyword arguments.
+
+    Values are drawn in float64 and then cast, so that float32 and float64 calls with the same
+    seed see the same numbers up to rounding.
+
+    Args:
+        lengths: None (all T), "ragged" (random in 1..T with the first sequence of length T) or a
+            list of B integers.
+        duration_transitions: use a (K, C, C) transition instead of (C, C).
+        proj: "none", "start", "end" or "both": which boundary projections to pass.
+        scale: standard deviation of the per-position label scores.
+    """
+    g = torch.Generator().manual_seed(seed)
+    f64 = torch.float64
+    scores = torch.randn(B, T, C, generator=g, dtype=f64) * scale
+    cum = torch.zeros(B, T + 1, C, dtype=f64)
+    cum[:, 1:] = scores.cumsum(1)
+    tr_shape = (K, C, C) if duration_transitions else (C, C)
+    transition = torch.randn(tr_shape, generator=g, dtype=f64) * 0.5
+    duration_bias = torch.randn(K, C, generator=g, dtype=f64) * 0.5
+    if lengths is None:
+        lens = [T] * B
+    elif isinstance(lengths, str):
+        assert lengths == "ragged", lengths
+        lens = [T] + torch.randint(1, T + 1, (B - 1,), generator=g).tolist()
+    else:
+        lens = list(lengths)
+    assert len(lens) == B and all(1 <= x <= T for x in lens), lens
+    ps = torch.randn(B, T, C, generator=g, dtype=f64) * 0.5 if proj in ("start", "both") else None
+    pe = torch.randn(B, T, C, generator=g, dtype=f64) * 0.5 if proj in ("end", "both") else None
+    assert proj in ("none", "start", "end", "both"), proj
+    return {
+        "cum_scores": cum.to(dtype),
+        "transition": transition.to(dtype),
+        "duration_bias": duration_bias.to(dtype),
+        "lengths": torch.tensor(lens, dtype=torch.long),
+        "K": K,
+        "proj_start": None if ps is None else ps.to(dtype),
+        "proj_end": None if pe is None else pe.to(dtype),
+    }
+
+
+def with_grad(inputs: Dict[str, object], names: Iterable[str] = DIFFERENTIABLE, dtype=None):
+    """A copy of ``inputs`` whose tensors listed in ``names`` are fresh leaves requiring grad."""
+    out = dict(inputs)
+    names = set(names)
+    for key in DIFFERENTIABLE:
+        t = out.get(key)
+        if t is None:
+            continue
+        t = t.detach().clone()
+        if dtype is not None:
+            t = t.to(dtype)
+        if key in names:
+            t.requires_grad_(True)
+        out[key] = t
+    return out
+
+
+def grads_of(value: torch.Tensor, inputs: Dict[str, object], upstream: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Gradients of ``(value * upstream).sum()`` with respect to every input that requires grad."""
+    names = [k for k in DIFFERENTIABLE if isinstance(inputs.get(k), torch.Tensor) and inputs[k].requires_grad]
+    tensors = [inputs[k] for k in names]
+    grads = torch.autograd.grad((value * upstream.to(value.dtype)).sum(), tensors, allow_unused=True)
+    return {k: (torch.zeros_like(t) if g is None else g) for k, t, g in zip(names, tensors, grads)}
+
+
+def random_upstream(B: int, seed: int = 1) -> torch.Tensor:
+    """A random upstream gradient (B,) in float64, away from zero and not all equal."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(B, generator=g, dtype=torch.float64) * 1.5 + 0.25
+
+
+def ts_edges(cum_scores, transition, duration_bias, K, proj_start=None, proj_end=None):
+    """pytorch-struct potentials (1, L, K+1, C, C) [n, k, c_to, c_from] of one sequence of length L.
+
+    Duration slot 0 is unused; segments that would run past L get -1e9. The first segment's phantom
+    predecessor is pytorch-struct's own sum over c_from at n = 0.
+    """
+    S = cum_scores
+    L, C = S.shape[0] - 1, S.shape[1]
+    rows = []
+    for n in range(L):
+        blocks = [S.new_full((C, C), -1e9)]
+        for k in range(1, K + 1):
+            if n + k > L:
+                blocks.append(S.new_full((C, C), -1e9))
+                continue
+            seg = S[n + k] - S[n] + duration_bias[k - 1]
+            if proj_start is not None:
+                seg = seg + proj_start[n]
+            if proj_end is not None:
+                seg = seg + proj_end[n + k - 1]
+            M = transition if transition.dim() == 2 else transition[k - 1]
+            blocks.append(seg[:, None] + M.clamp(min=-1e9).T)
+        rows.append(torch.stack(blocks))
+    return torch.stack(rows)[None]
+
+
+def ts_segments(argmax_parts):
+    """Segments from pytorch-struct's one-hot argmax (1, L, K+1, C, C)."""
+    idx = argmax_parts[0].nonzero().tolist()
+    return [Segment(n, n + k, c_to) for n, k, c_to, _ in sorted(idx)]
+
+
+def ts_distribution(edges):
+    """pytorch-struct's SemiMarkovCRF over the given potentials (its missing-constraints warning muted)."""
+    import warnings
+
+    import torch_struct
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch_struct.SemiMarkovCRF(edges)
+
+
+def _nan_filled(factory):
+    def wrapped(*args, **kwargs):
+        t = factory(*args, **kwargs)
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+            with torch.no_grad():
+                t.fill_(math.nan)
+        return t
+
+    return wrapped
+
+
+@pytest.fixture(autouse=True)
+def nan_filled_empty(monkeypatch):
+    """Fill every new ``torch.empty`` float tensor with NaN so that memory never written fails."""
+    monkeypatch.setattr(torch, "empty", _nan_filled(torch.empty))
+    monkeypatch.setattr(torch, "empty_like", _nan_filled(torch.empty_like))
+    monkeypatch.setattr(torch.Tensor, "new_empty", _nan_filled(torch.Tensor.new_empty))
+    yield
+
+
+def lengths_list(lengths: Sequence[int] | torch.Tensor):
+    return [int(x) for x in torch.as_tensor(lengths).reshape(-1).tolist()]
