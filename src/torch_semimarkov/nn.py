@@ -1,0 +1,431 @@
+"""``SemiMarkovCRFHead``: a semi-Markov CRF layer to put on top of any sequence encoder.
+
+The head turns encoder features (B, T, H) into per-position label scores, zero-centres them per
+sequence and label over the valid positions, takes their cumulative sum in float32 (or float64),
+and hands them with its transition and duration parameters to the streaming engine
+(:func:`torch_semimarkov.streaming.semi_crf_streaming_forward` and friends). The engine never builds
+the (B, T, K, C, C) edge tensor, so T can be very large; on CUDA with Triton installed the GPU kernels
+are used automatically.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, NamedTuple, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from .durations import DurationDistribution, make_duration
+from .gold import gold_score, labels_to_starts, segments_to_starts
+from .streaming.autograd import (
+    semi_crf_streaming_forward,
+    semi_crf_streaming_marginals,
+    semi_crf_streaming_viterbi,
+)
+from .streaming.constants import NEG_INF
+
+__all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
+
+REDUCTIONS = ("mean", "sum", "none", "token_mean")
+
+
+class SemiCRFOutput(NamedTuple):
+    """What :meth:`SemiMarkovCRFHead.forward` returns: log Z and the tensors it was built from."""
+
+    partition: torch.Tensor  # (B,) log Z
+    cum_scores: torch.Tensor  # (B, T+1, C) float32/float64, [:, 0] = 0
+    transition: torch.Tensor  # (C, C) or (K, C, C), forbidden moves at -inf
+    duration_bias: torch.Tensor  # (K, C)
+    proj_start: Optional[torch.Tensor]  # (B, T, C) or None
+    proj_end: Optional[torch.Tensor]  # (B, T, C) or None
+    lengths: torch.Tensor  # (B,) int64
+
+
+class Posterior(NamedTuple):
+    """What :meth:`SemiMarkovCRFHead.marginals` returns (all probabilities, 0 past each length)."""
+
+    position: torch.Tensor  # (B, T, C) P(y_t = c)
+    boundary: torch.Tensor  # (B, T) P(a segment starts at t)
+    entropy: torch.Tensor  # (B, T) entropy (nats) of the position posterior
+    start: torch.Tensor  # (B, T, C) P(a segment with label c starts at t)
+    end: torch.Tensor  # (B, T, C) P(a segment with label c has its last position at t)
+    log_Z: torch.Tensor  # (B,)
+
+
+class SemiMarkovCRFHead(nn.Module):
+    """Semi-Markov CRF over segments of duration 1..K with C labels.
+
+    A segmentation of positions 0..L-1 into segments (s, k, c) scores
+    ``sum_segments S[s+k, c] - S[s, c] + D[k-1, c] + ps[s, c] + pe[s+k-1, c] + Tr[c_prev, c]``
+    where S is the cumulative (zero-centred) per-position score, D the duration bias, ps/pe optional
+    boundary scores and Tr the transition; the first segment's transition term is
+    ``logsumexp_{c'} Tr[c', c]``. Start/end label scores, when enabled, are added to the per-position
+    scores at position 0 and L-1, which always belong to the first and the last segment.
+
+    Args:
+        num_classes: C, the number of labels.
+        max_duration: K, the longest segment (durations 1..K).
+        hidden_dim: H, the encoder's feature size; a ``Linear(H, C)`` projects features to scores.
+            ``None``: the input already holds the (B, T, C) scores.
+        duration: the duration bias: ``"learned"`` (a free (K, C) parameter ``duration_bias``),
+            ``"geometric"``, ``"negative_binomial"``, ``"poisson"``, ``"uniform"``, a
+            :class:`~torch_semimarkov.durations.DurationDistribution`, or a callable
+            ``fn(durations (K, 1)) -> (K, C)`` (see :mod:`torch_semimarkov.durations`).
+        duration_kwargs: extra arguments of the duration distribution (e.g. ``init_mean``).
+        transition: ``"static"`` for a (C, C) transition ``[c_src, c_dst]``, ``"duration"`` for a
+            (K, C, C) one indexed by the duration of the segment being entered.
+        allowed_transitions: optional bool (C, C) mask ``[c_src, c_dst]``; forbidden moves get -inf in
+            training and decoding alike.
+        boundary_scores: add ``Linear(H, C)`` layers ``proj_start`` / ``proj_end`` scoring where
+            segments start and end.
+        start_end_scores: learnable per-label scores for the first and the last segment.
+        use_triton: use the Triton kernels when the tensors are on CUDA and Triton is installed.
+        checkpoint_interval: the engine's checkpoint spacing (default: about sqrt(T·K)).
+        cumsum_dtype: ``torch.float32`` (default) or ``torch.float64`` for the CRF math.
+        ignore_index: the label expected past each sequence's length in ``labels``.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> head = SemiMarkovCRFHead(num_classes=3, max_duration=4, hidden_dim=8)
+        >>> h, lengths = torch.randn(2, 10, 8), torch.tensor([10, 7])
+        >>> labels = torch.tensor([[0] * 4 + [1] * 6, [2] * 3 + [0] * 4 + [-100] * 3])
+        >>> loss = head.compute_loss(h, lengths, labels)
+        >>> loss.backward()
+        >>> bool(loss >= 0)
+        True
+        >>> out = head.decode(h, lengths)
+        >>> out.labels.shape
+        torch.Size([2, 10])
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        max_duration: int,
+        hidden_dim: Optional[int] = None,
+        duration: Union[str, DurationDistribution, Callable] = "learned",
+        transition: str = "static",
+        allowed_transitions: Optional[torch.Tensor] = None,
+        boundary_scores: bool = False,
+        start_end_scores: bool = False,
+        use_triton: bool = True,
+        checkpoint_interval: Optional[int] = None,
+        cumsum_dtype: torch.dtype = torch.float32,
+        ignore_index: int = -100,
+        duration_kwargs: Optional[dict] = None,
+    ):
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if max_duration < 1:
+            raise ValueError(f"max_duration must be >= 1, got {max_duration}")
+        if transition not in ("static", "duration"):
+            raise ValueError(f"transition must be 'static' or 'duration', got {transition!r}")
+        if cumsum_dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"cumsum_dtype must be torch.float32 or torch.float64, got {cumsum_dtype}")
+        C, K = int(num_classes), int(max_duration)
+        self.num_classes = C
+        self.max_duration = K
+        self.hidden_dim = hidden_dim
+        self.use_triton = use_triton
+        self.checkpoint_interval = checkpoint_interval
+        self.cumsum_dtype = cumsum_dtype
+        self.ignore_index = ignore_index
+        self.transition_type = transition
+        in_dim = C if hidden_dim is None else int(hidden_dim)
+        self.projection = None if hidden_dim is None else nn.Linear(in_dim, C)
+
+        shape = (C, C) if transition == "static" else (K, C, C)
+        self.transition = nn.Parameter(torch.zeros(shape))
+
+        self.duration_dist: Optional[DurationDistribution] = None
+        if isinstance(duration, str) and duration == "learned":
+            self.duration_bias = nn.Parameter(torch.zeros(K, C))
+        else:
+            self.duration_dist = make_duration(duration, K, C, **(duration_kwargs or {}))
+
+        if allowed_transitions is not None:
+            allowed = torch.as_tensor(allowed_transitions)
+            if allowed.shape != (C, C):
+                raise ValueError(f"allowed_transitions must have shape (C, C) = ({C}, {C}), got {tuple(allowed.shape)}")
+            allowed = allowed.bool()
+            if not bool(allowed.any(0).all()):
+                raise ValueError("allowed_transitions forbids every move into some label (a column is all False)")
+            self.register_buffer("allowed_transitions", allowed)
+        else:
+            self.allowed_transitions = None
+
+        if boundary_scores:
+            self.proj_start = nn.Linear(in_dim, C)
+            self.proj_end = nn.Linear(in_dim, C)
+        else:
+            self.proj_start = None
+            self.proj_end = None
+        if start_end_scores:
+            self.start_scores = nn.Parameter(torch.zeros(C))
+            self.end_scores = nn.Parameter(torch.zeros(C))
+        else:
+            self.start_scores = None
+            self.end_scores = None
+
+    # ------------------------------------------------------------------ parameters
+
+    @property
+    def duration_bias(self) -> torch.Tensor:  # noqa: D401 - also a Parameter for "learned"
+        """The (K, C) duration log-bias: the parameter itself for ``duration="learned"``."""
+        if "duration_bias" in self._parameters:
+            return self._parameters["duration_bias"]
+        dist = self.__dict__.get("duration_dist")
+        if dist is None:
+            dist = self._modules.get("duration_dist")
+        if dist is None:
+            raise AttributeError("duration_bias")
+        return dist()
+
+    def effective_transition(self) -> torch.Tensor:
+        """The transition with forbidden moves set to -inf: (C, C) or (K, C, C)."""
+        tr = self.transition
+        if self.allowed_transitions is not None:
+            tr = tr.masked_fill(~self.allowed_transitions, float("-inf"))
+        return tr
+
+    def crf_parameters(self) -> List[torch.Tensor]:
+        """The CRF's own parameters (transition, duration, start/end scores), not the projections."""
+        params = [self.transition]
+        if self.duration_dist is None:
+            params.append(self._parameters["duration_bias"])
+        else:
+            params.extend(self.duration_dist.parameters())
+        if self.start_scores is not None:
+            params.extend([self.start_scores, self.end_scores])
+        return params
+
+    def parameter_penalty(self, p: float = 2.0) -> torch.Tensor:
+        """``sum |theta|^p`` over the CRF parameters: add ``lambda * head.parameter_penalty()`` to the
+        loss to keep transition and duration scores from drifting to large values.
+
+        Example:
+            >>> head = SemiMarkovCRFHead(3, 4)
+            >>> float(head.parameter_penalty().detach())
+            0.0
+        """
+        total = self.transition.new_zeros(())
+        for param in self.crf_parameters():
+            if param is self.transition and self.allowed_transitions is not None:
+                # forbidden entries never enter the model: leave them out of the penalty too
+                param = param.masked_fill(~self.allowed_transitions, 0.0)
+            total = total + param.abs().pow(p).sum()
+        return total
+
+    # ------------------------------------------------------------------ scores
+
+    def _check_inputs(self, hidden_states: torch.Tensor, lengths) -> torch.Tensor:
+        if not isinstance(hidden_states, torch.Tensor):
+            raise TypeError(f"hidden_states must be a torch.Tensor, got {type(hidden_states).__name__}")
+        in_dim = self.num_classes if self.hidden_dim is None else self.hidden_dim
+        if hidden_states.dim() != 3 or hidden_states.shape[-1] != in_dim:
+            raise ValueError(
+                f"hidden_states must have shape (batch, T, {in_dim}), got {tuple(hidden_states.shape)}"
+            )
+        if not hidden_states.dtype.is_floating_point:
+            raise ValueError(f"hidden_states must be a floating-point tensor, got {hidden_states.dtype}")
+        B, T, _ = hidden_states.shape
+        lengths = torch.as_tensor(lengths)
+        if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+            raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
+        if lengths.shape != (B,):
+            raise ValueError(f"lengths must have shape (batch,) = ({B},), got {tuple(lengths.shape)}")
+        lengths = lengths.to(device=hidden_states.device, dtype=torch.long)
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 1 or hi > T:
+            raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
+        return lengths
+
+    def build(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+        """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
+        running it; ``partition`` is left empty. :meth:`forward` fills it."""
+        lengths = self._check_inputs(hidden_states, lengths)
+        B, T, _ = hidden_states.shape
+        dtype = self.cumsum_dtype
+        device_type = hidden_states.device.type
+        if self.projection is not None or self.proj_start is not None:
+            weight = (self.projection or self.proj_start).weight
+            # outside autocast, half-precision features meet float32 layers: cast the features
+            if not torch.is_autocast_enabled(device_type) and hidden_states.dtype != weight.dtype:
+                hidden_states = hidden_states.to(weight.dtype)
+        scores = hidden_states if self.projection is None else self.projection(hidden_states)
+        if bool(torch.isnan(scores).any()):
+            raise ValueError("hidden_states contains NaN values after projection layer")
+        with torch.autocast(device_type=device_type, enabled=False):
+            # shape: (B, T, 1) -- True at positions inside each sequence
+            valid = (torch.arange(T, device=lengths.device)[None, :] < lengths[:, None])[..., None]
+            scores = scores.to(dtype)
+            zero = scores.new_zeros(())
+            mean = torch.where(valid, scores, zero).sum(1, keepdim=True) / lengths.to(dtype)[:, None, None]
+            # centring per sequence and label over valid positions keeps |cum_scores| at O(sqrt(T))
+            scores = torch.where(valid, scores - mean, zero)
+            if self.start_scores is not None:
+                first = torch.zeros(1, T, 1, dtype=torch.bool, device=scores.device)
+                first[:, 0] = True
+                last = torch.arange(T, device=lengths.device)[None, :, None] == (lengths - 1)[:, None, None]
+                scores = scores + torch.where(first, self.start_scores.to(dtype), zero)
+                scores = scores + torch.where(last, self.end_scores.to(dtype), zero)
+            cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), torch.cumsum(scores, dim=1)], dim=1)
+            if bool(torch.isnan(cum_scores).any()):
+                raise ValueError("NaN detected in cumulative scores after cumsum")
+            proj_start = proj_end = None
+            if self.proj_start is not None:
+                proj_start = self.proj_start(hidden_states).to(dtype)
+                proj_end = self.proj_end(hidden_states).to(dtype)
+            transition = self.effective_transition().to(dtype)
+            duration_bias = self.duration_bias.to(dtype)
+        return SemiCRFOutput(
+            partition=cum_scores.new_empty(0),
+            cum_scores=cum_scores,
+            transition=transition,
+            duration_bias=duration_bias,
+            proj_start=proj_start,
+            proj_end=proj_end,
+            lengths=lengths,
+        )
+
+    def _engine_kwargs(self, out: SemiCRFOutput) -> dict:
+        return dict(
+            proj_start=out.proj_start,
+            proj_end=out.proj_end,
+            use_triton=self.use_triton,
+            checkpoint_interval=self.checkpoint_interval,
+        )
+
+    def forward(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+        """Log-partition log Z (B,) and the tensors it was built from.
+
+        Args:
+            hidden_states: (B, T, H) encoder features (any float dtype; autocast is fine).
+            lengths: (B,) sequence lengths in [1, T].
+        """
+        out = self.build(hidden_states, lengths)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            partition = semi_crf_streaming_forward(
+                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                **self._engine_kwargs(out),
+            )
+        return out._replace(partition=partition)
+
+    # ------------------------------------------------------------------ loss
+
+    def _gold_tensors(self, out: SemiCRFOutput, labels, segments):
+        T = out.cum_scores.shape[1] - 1
+        if (labels is None) == (segments is None):
+            raise ValueError("pass exactly one of labels (B, T) or segments (a list of segment lists)")
+        if labels is not None:
+            labels = torch.as_tensor(labels)
+            B = out.lengths.shape[0]
+            if labels.dim() != 2 or tuple(labels.shape) != (B, T):
+                raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states, got {tuple(labels.shape)}")
+            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, self.max_duration, self.ignore_index)
+        else:
+            lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
+        if self.allowed_transitions is not None:
+            prev = torch.zeros_like(lab)
+            prev[:, 1:] = lab[:, :-1]
+            entering = starts.clone()
+            entering[:, 0] = False
+            forbidden = entering & ~self.allowed_transitions[prev, lab]
+            if bool(forbidden.any()):
+                b, t = (int(i) for i in forbidden.nonzero()[0])
+                raise ValueError(
+                    f"the gold segmentation of sequence {b} moves {int(prev[b, t])} -> {int(lab[b, t])} at "
+                    f"position {t}, which allowed_transitions forbids"
+                )
+        return lab, starts
+
+    def gold_score(self, hidden_states: torch.Tensor, lengths, labels=None, segments=None, out=None) -> torch.Tensor:
+        """Score (B,) of the given segmentation, with exactly the partition's terms."""
+        if out is None:
+            out = self.build(hidden_states, lengths)
+        lab, starts = self._gold_tensors(out, labels, segments)
+        with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
+            return gold_score(
+                out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
+                proj_start=out.proj_start, proj_end=out.proj_end,
+            )
+
+    def compute_loss(
+        self,
+        hidden_states: torch.Tensor,
+        lengths,
+        labels: Optional[torch.Tensor] = None,
+        segments: Optional[Sequence[Sequence]] = None,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        """Negative log-likelihood ``log Z - score(gold)`` of the gold segmentation.
+
+        Args:
+            hidden_states: (B, T, H) encoder features.
+            lengths: (B,) sequence lengths.
+            labels: (B, T) per-position labels, ``ignore_index`` past each length. Each run of one
+                label is one segment; a run longer than K is split into pieces of K positions (the
+                last holds the rest) joined by the same-label transition ``Tr[c, c]``.
+            segments: instead of labels, explicit segmentations: for each sequence a list of
+                ``(start, end, label)`` (end exclusive) tiling ``[0, length)``.
+            reduction: ``"mean"`` over the batch, ``"sum"``, ``"token_mean"`` (sum divided by the
+                number of valid positions) or ``"none"`` (per sequence, (B,)).
+
+        Returns:
+            The NLL, >= 0 up to float rounding.
+        """
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        out = self.forward(hidden_states, lengths)
+        gold = self.gold_score(hidden_states, lengths, labels=labels, segments=segments, out=out)
+        nll = out.partition - gold
+        if reduction == "none":
+            return nll
+        if reduction == "sum":
+            return nll.sum()
+        if reduction == "token_mean":
+            return nll.sum() / out.lengths.sum().to(nll.dtype)
+        return nll.mean()
+
+    # ------------------------------------------------------------------ inference
+
+    @torch.no_grad()
+    def decode(self, hidden_states: torch.Tensor, lengths):
+        """Viterbi: the best segmentation of each sequence.
+
+        Returns:
+            The engine's ``ViterbiResult``: ``scores`` (B,), ``labels`` (B, T) long with -1 past each
+            length, and ``segments``, a list (per sequence) of
+            :class:`~torch_semimarkov.streaming.segments.Segment` tiling ``[0, length)``.
+        """
+        out = self.build(hidden_states, lengths)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return semi_crf_streaming_viterbi(
+                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                **self._engine_kwargs(out),
+            )
+
+    @torch.no_grad()
+    def marginals(self, hidden_states: torch.Tensor, lengths) -> Posterior:
+        """Posterior marginals from one forward-backward pass.
+
+        Returns:
+            :class:`Posterior` with per-position label posteriors (B, T, C), boundary probabilities
+            (B, T) (P(a segment starts at t); 1 at t = 0), per-position entropy (B, T) in nats, the
+            start/end marginals (B, T, C) and log Z (B,). Everything is 0 past each length.
+        """
+        out = self.build(hidden_states, lengths)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            m = semi_crf_streaming_marginals(
+                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                **self._engine_kwargs(out),
+            )
+        T = out.cum_scores.shape[1] - 1
+        valid = torch.arange(T, device=out.lengths.device)[None, :] < out.lengths[:, None]
+        position = m.position.clamp(0.0, 1.0)
+        plogp = torch.where(position > 0, position * torch.log(position.clamp(min=1e-30)), position.new_zeros(()))
+        entropy = torch.where(valid, -plogp.sum(-1), position.new_zeros(()))
+        return Posterior(position=position, boundary=m.boundary, entropy=entropy, start=m.start, end=m.end, log_Z=m.log_Z)
+
+    posterior = marginals
