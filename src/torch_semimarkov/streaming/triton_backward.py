@@ -1,0 +1,443 @@
+"""Triton backward of the streaming semi-CRF: every marginal and gradient of ALGORITHM.md §3.
+
+Two launches, no atomics, every output element written by exactly one program:
+
+1. ``_beta_*_kernel`` (grid (B,)): one program per sequence runs the backward recurrence from
+   t = L down to 0 with the same per-step normalisation as the forward (``beta_hat``, float64
+   frames ``G``), stores ``X_hat_t`` (B, T+1, C) and writes ``P_end`` (and, for a static
+   transition, ``P_start``) for each position directly.
+2. ``_shared_*_kernel`` (grid (B, n_chunks)): fully parallel over chunks of positions, sums the
+   transition and duration marginals of its chunk in registers and writes them once to a
+   per-(sequence, chunk) workspace. The host reduces the workspace over chunks in a fixed order
+   (float64), so the result is bitwise reproducible.
+
+Every marginal is ``exp(hat values + (frame sum - log Z))``: the frames and log Z are combined in
+float64 and only the small remainder is cast to float32.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .triton_forward import HAS_TRITON, TritonForwardState, _next_pow2, _tile_sizes
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _beta_factored_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        lz_ptr,  # (B,) float64 log Z
+        a_ptr,  # (B, T+1, C) alpha_hat (forward)
+        w_ptr,  # (B, T+1, C) W_hat (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) float32 out: X_hat rows
+        g_ptr,  # (B, T+1) float64 out: backward frames
+        pst_ptr,  # (B, T, C) out: P_start(s, c)
+        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_w_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        lz = tl.load(lz_ptr + b)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        w_b = w_ptr + b * s_w_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
+        tr = tl.load(
+            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        beta = tl.where(mc, 0.0, MASK)
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            # X_t = S_t + pe_{t-1} + beta_t, frame G_t
+            xt = beta + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            xt = tl.where(mc, xt, MASK)
+            tl.store(x_b + t * C + oc, xt, mask=mc)
+            tl.store(g_b + t, G)
+            # P_end(t) = exp(alpha_t + beta_t - log Z)
+            ft = tl.load(f_b + t)
+            pend = tl.exp(tl.load(a_b + t * C + oc, mask=mc, other=MASK) + beta + (ft + G - lz).to(tl.float32))
+            tl.store(pend_b + s * C + oc, pend, mask=mc)
+            tl.debug_barrier()
+
+            # lse_s(c) = LSE_k D[k-1, c] + X_{s+k}(c), k <= min(K, L - s), frame G_t
+            k_lim = tl.minimum(L - s, K)
+            run_m = tl.full([C_PAD], MASK, tl.float32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
+            for kb in range(0, k_lim, K_BLOCK):
+                k = kb + 1 + ok
+                vk = k <= k_lim
+                m2 = vk[:, None] & mc[None, :]
+                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+                dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                xk = xv + dbv + (gk - G).to(tl.float32)[:, None]
+                nm = tl.maximum(run_m, tl.max(xk, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
+                run_m = nm
+            lse = run_m + tl.log(run_s)
+            # P_start(s) = exp(u_s + v_s - log Z) = exp(W_s + lse_s - log Z)
+            fs = tl.load(f_b + s)
+            wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+            tl.store(pst_b + s * C + oc, tl.exp(wv + lse + (fs + G - lz).to(tl.float32)), mask=mc)
+            # v_s = ps_s - S_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
+            v = lse - tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                v += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            v = tl.where(mc, v, MASK)
+            y = tr + v[None, :]
+            my = tl.max(y, 1)
+            bs = my + tl.log(tl.sum(tl.exp(y - my[:, None]), 1))
+            bs = tl.where(mc, bs, MASK)
+            m = tl.max(bs, 0)
+            beta = tl.where(mc, bs - m, MASK)
+            G = G + m.to(tl.float64)
+
+    @triton.jit
+    def _shared_factored_kernel(
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        lz_ptr,  # (B,) float64
+        a_ptr,  # (B, T+1, C) alpha_hat
+        w_ptr,  # (B, T+1, C) W_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) X_hat
+        g_ptr,  # (B, T+1) float64
+        pst_ptr,  # (B, T, C) P_start (from the beta kernel)
+        wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk
+        wdb_ptr,  # (B, NCH, K, C) float32 out: duration marginals of the chunk
+        C,
+        K,
+        CH,
+        NCH,
+        s_a_b,
+        s_f_b,
+        s_p_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        lz = tl.load(lz_ptr + b)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        a_b = a_ptr + b * s_a_b
+        w_b = w_ptr + b * s_a_b
+        x_b = x_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        s0 = ch * CH
+        s1 = tl.minimum(s0 + CH, L)
+        m2c = mc[:, None] & mc[None, :]
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+
+        # P_trans(s, c', c) = softmax_{c'}(alpha_s(c') + Tr[c', c]) * P_start(s, c)
+        acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
+        for s in range(s0, s1):
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            x = av[:, None] + tr
+            mx = tl.max(x, 0)
+            e = tl.exp(x - mx[None, :])
+            p = tl.load(pst_b + s * C + oc, mask=mc, other=0.0) / tl.sum(e, 0)
+            acc_tr += e * p[None, :]
+        wtr_b = wtr_ptr + (b * NCH + ch) * C * C
+        tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
+
+        # P_seg(s, k, c) = exp(W_s(c) + D[k-1, c] + X_{s+k}(c) - log Z)
+        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+        for kb in range(0, K, K_BLOCK):
+            k = kb + 1 + ok
+            vk0 = k <= K
+            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
+            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            for s in range(s0, s1):
+                vk = vk0 & (k <= L - s)
+                m2 = vk[:, None] & mc[None, :]
+                wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+                fs = tl.load(f_b + s)
+                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+                z = xv + dbv + wv[None, :] + (gk + fs - lz).to(tl.float32)[:, None]
+                acc += tl.where(m2, tl.exp(z), 0.0)
+            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
+
+    @triton.jit
+    def _beta_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        lz_ptr,  # (B,) float64
+        a_ptr,  # (B, T+1, C) alpha_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) out: X_hat
+        g_ptr,  # (B, T+1) float64 out
+        pend_ptr,  # (B, T, C) out: P_end
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        lz = tl.load(lz_ptr + b)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        pend_b = pend_ptr + b * s_p_b
+        beta = tl.where(mc, 0.0, MASK)
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            xt = beta + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            xt = tl.where(mc, xt, MASK)
+            tl.store(x_b + t * C + oc, xt, mask=mc)
+            tl.store(g_b + t, G)
+            ft = tl.load(f_b + t)
+            pend = tl.exp(tl.load(a_b + t * C + oc, mask=mc, other=MASK) + beta + (ft + G - lz).to(tl.float32))
+            tl.store(pend_b + s * C + oc, pend, mask=mc)
+            tl.debug_barrier()
+
+            # beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) - S_s(c) + D[k-1, c] + X_{s+k}(c)
+            base = -tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            k_lim = tl.minimum(L - s, K)
+            run_m = tl.full([C_PAD], MASK, tl.float32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
+            for k in range(1, k_lim + 1):
+                xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
+                dk = (tl.load(g_b + s + k) - G).to(tl.float32)
+                col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+                y = trk.to(tl.float32) + col[None, :]
+                nm = tl.maximum(run_m, tl.max(y, 1))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
+                run_m = nm
+            bs = tl.where(mc, run_m + tl.log(run_s), MASK)
+            m = tl.max(bs, 0)
+            beta = tl.where(mc, bs - m, MASK)
+            G = G + m.to(tl.float64)
+
+    @triton.jit
+    def _shared_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        lz_ptr,  # (B,) float64
+        a_ptr,  # (B, T+1, C) alpha_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) X_hat
+        g_ptr,  # (B, T+1) float64
+        pst_ptr,  # (B, T, C) out: P_start
+        wtr_ptr,  # (B, NCH, K, C, C) float32 out, zero-initialised: P_seg summed over the chunk
+        C,
+        K,
+        CH,
+        NCH,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        lz = tl.load(lz_ptr + b)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        wtr_b = wtr_ptr + (b * NCH + ch) * K * C * C
+        s0 = ch * CH
+        s1 = tl.minimum(s0 + CH, L)
+        for s in range(s0, s1):
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            fs = tl.load(f_b + s)
+            base = -tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            pst = tl.zeros([C_PAD], dtype=tl.float32)
+            for k in range(1, tl.minimum(L - s, K) + 1):
+                xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
+                dk = (tl.load(g_b + s + k) + fs - lz).to(tl.float32)
+                col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+                p = tl.where(m2c, tl.exp(av[:, None] + trk.to(tl.float32) + col[None, :]), 0.0)
+                pst += tl.sum(p, 0)
+                # this program alone owns this workspace block; same layout for load and store
+                ptrs = wtr_b + (k - 1) * C * C + oc[:, None] * C + oc[None, :]
+                tl.store(ptrs, tl.load(ptrs, mask=m2c, other=0.0) + p, mask=m2c)
+            tl.store(pst_b + s * C + oc, pst, mask=mc)
+
+
+def _chunking(B: int, T: int, min_programs: int = 2048, min_chunk: int = 32):
+    """Chunk length and count for the parallel kernel: enough programs to fill a GPU."""
+    n = max(1, min(-(-T // min_chunk), -(-min_programs // B)))
+    ch = -(-T // n)
+    return ch, -(-T // ch)
+
+
+def launch_streaming_triton_backward(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    log_Z: torch.Tensor,
+    ring_checkpoints: TritonForwardState,
+    checkpoint_interval: int,
+    log_norm_checkpoints,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    num_warps: int = 4,
+):
+    """Marginals and per-sequence parameter gradients of log Z (unscaled by grad_output).
+
+    Args:
+        cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end: the forward inputs.
+        log_Z: (B,) from ``launch_streaming_triton_kernel`` (any float dtype; the kernel uses the
+            float64 value recomputed from the saved state).
+        ring_checkpoints: the :class:`TritonForwardState` returned by the forward.
+        checkpoint_interval, log_norm_checkpoints: as returned by the forward (unused).
+
+    Returns:
+        ``(p_start (B, T, C), p_end (B, T, C), grad_transition (B, C, C) or (B, K, C, C),
+        grad_duration_bias (B, K, C))`` in the dtype of ``cum_scores``. ``p_end`` is indexed by a
+        segment's last position; positions at or past a sequence's length are 0.
+
+    Example:
+        >>> z, st, dt, fr = launch_streaming_triton_kernel(S, tr, db, lens, K)  # doctest: +SKIP
+        >>> p_start, p_end, g_tr, g_db = launch_streaming_triton_backward(
+        ...     S, tr, db, lens, K, z, st, dt, fr)  # doctest: +SKIP
+    """
+    del checkpoint_interval, log_norm_checkpoints
+    state = ring_checkpoints
+    if state is None:
+        raise ValueError("the forward was run without save_for_backward")
+    cum_scores = cum_scores.contiguous()
+    transition = transition.contiguous()
+    duration_bias = duration_bias.contiguous()
+    proj_start = None if proj_start is None else proj_start.contiguous()
+    proj_end = None if proj_end is None else proj_end.contiguous()
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    dtype = cum_scores.dtype
+    K = int(K)
+    K_eff = state.K_eff
+    c_pad, k_block = _tile_sizes(C, K_eff)
+    lz = log_Z.detach().to(device=dev, dtype=torch.float64).contiguous()
+    x_hat = torch.empty((B, T + 1, C), device=dev, dtype=torch.float32)
+    g = torch.empty((B, T + 1), device=dev, dtype=torch.float64)
+    p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    ps = proj_start if proj_start is not None else cum_scores
+    pe = proj_end if proj_end is not None else cum_scores
+    ch, nch = _chunking(B, T)
+    dur_tr = transition.dim() == 3
+    if not dur_tr:
+        _beta_factored_kernel[(B,)](
+            cum_scores, transition, duration_bias, lengths, ps, pe, lz, state.alpha_hat, state.w_hat,
+            state.frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
+            C_PAD=c_pad, K_BLOCK=k_block, HAS_PS=proj_start is not None,
+            HAS_PE=proj_end is not None, num_warps=num_warps,
+        )
+        wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
+        wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
+        _shared_factored_kernel[(B, nch)](
+            transition, duration_bias, lengths, lz, state.alpha_hat, state.w_hat, state.frames,
+            x_hat, g, p_start, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1, T * C,
+            C_PAD=c_pad, K_BLOCK=k_block, num_warps=num_warps,
+        )
+        g_tr = wtr.sum(1, dtype=torch.float64)
+        g_db = wdb.sum(1, dtype=torch.float64)
+    else:
+        _beta_duration_tr_kernel[(B,)](
+            cum_scores, transition, duration_bias, lengths, ps, pe, lz, state.alpha_hat,
+            state.frames, x_hat, g, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
+            C_PAD=c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+            num_warps=num_warps,
+        )
+        wtr = torch.zeros((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
+        _shared_duration_tr_kernel[(B, nch)](
+            cum_scores, transition, duration_bias, lengths, ps, lz, state.alpha_hat, state.frames,
+            x_hat, g, p_start, wtr, C, K_eff, ch, nch, T1 * C, T * C, T1 * C, T1,
+            C_PAD=c_pad, HAS_PS=proj_start is not None, num_warps=num_warps,
+        )
+        g_tr = wtr.sum(1, dtype=torch.float64)
+        g_db = g_tr.sum(2)
+    if K_eff < K:
+        pad = K - K_eff
+        g_db = torch.cat([g_db, g_db.new_zeros(B, pad, C)], 1)
+        if dur_tr:
+            g_tr = torch.cat([g_tr, g_tr.new_zeros(B, pad, C, C)], 1)
+    return p_start.to(dtype), p_end.to(dtype), g_tr.to(dtype), g_db.to(dtype)

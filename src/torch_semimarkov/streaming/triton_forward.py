@@ -1,0 +1,476 @@
+"""Triton forward kernels of the streaming semi-CRF (log and max semiring) and their launchers.
+
+The kernels follow ``ALGORITHM.md`` §2 (factored recurrence for a static (C, C) transition, the
+direct O(K·C²) recurrence for a duration-dependent (K, C, C) one) and §5 (float32 numerics).
+
+One program owns one sequence and loops t = 1 .. L_b over that sequence's own length, so ragged
+batches need no masking in time. Every step:
+
+* ``u_s = LSE_{c'}(alpha_s(c') + Tr[c', c])`` on a (C_PAD, C_PAD) register tile;
+* ``W_s = u_s - S_s + ps_s`` is written to a row of a per-sequence global buffer (L1/L2 resident);
+* ``alpha_t = S_t + pe_{t-1} + LSE_k(W_{t-k} + D[k-1])`` over (K_BLOCK, C_PAD) tiles with an
+  online log-sum-exp.
+
+Numerics: alpha is re-normalised at every step (``alpha_hat = alpha - F_t`` with ``max alpha_hat =
+0``) and the shift ``F_t`` is accumulated in float64. Each stored row keeps the frame of the step
+that wrote it; a reader adds the float64 frame difference, cast to float32, so no stored value
+ever holds more than one step's growth.
+
+When the forward is run for a backward pass (``save_for_backward=True``) the buffers hold every
+position: ``W_hat`` (B, T, C), ``alpha_hat`` (B, T+1, C) and the frames ``F`` (B, T+1) float64. The
+backward reads them instead of recomputing, which keeps its work at two sweeps. Otherwise a ring
+of R >= K+1 rows is used (O(K·C) memory per sequence).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+try:  # Triton is optional: the package imports without it.
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - exercised only without triton
+    triton = None
+    tl = None
+    HAS_TRITON = False
+
+#: Structural mask (padding, durations out of range). Far below NEG_INF so that a real -1e9 score
+#: is never confused with padding, and far above -3.4e38 so that sums of a few masks stay finite.
+_MASK = -1e30
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _tile_sizes(C: int, K_eff: int):
+    """(C_PAD, K_BLOCK): a (K_BLOCK, C_PAD) tile holds at most 4096 elements."""
+    c_pad = max(4, _next_pow2(C))
+    k_block = max(2, min(_next_pow2(K_eff), max(16, 4096 // c_pad)))
+    return c_pad, k_block
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _fwd_factored_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (C, C) transition [c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) int64 lengths
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        w_ptr,  # (B, R, C) float32: W_hat rows, row s % R
+        a_ptr,  # (B, T+1, C) float32: alpha_hat rows (written only if STORE_ALPHA)
+        f_ptr,  # (B, R) float64: frame F_s of row s % R (alpha_hat_s and W_hat_s)
+        bpk_ptr,  # (B, T+1, C) int32: argmax duration at t (IS_MAX)
+        bpc_ptr,  # (B, T+1, C) int32: argmax source label of u_s at s (IS_MAX)
+        out_ptr,  # (B,) float64: log Z or the best score
+        last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
+        C,
+        K,
+        R,
+        s_cum_b,
+        s_p_b,
+        s_w_b,
+        s_a_b,
+        s_f_b,
+        s_bp_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        IS_MAX: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        STORE_ALPHA: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        cum_b = cum_ptr + b * s_cum_b
+        w_b = w_ptr + b * s_w_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        bpk_b = bpk_ptr + b * s_bp_b
+        bpc_b = bpc_ptr + b * s_bp_b
+
+        # shape: (C_PAD src, C_PAD dst)
+        tr = tl.load(
+            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        alpha = tl.where(mc, 0.0, MASK)
+        F = tl.zeros([1], dtype=tl.float64)
+        F = tl.sum(F, 0)
+        if STORE_ALPHA:
+            tl.store(a_b + oc, alpha, mask=mc)
+
+        for t in range(1, L + 1):
+            s = t - 1
+            # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c], in frame F_s
+            x = alpha[:, None] + tr
+            mx = tl.max(x, 0)
+            if IS_MAX:
+                u = mx
+                bc = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
+                tl.store(bpc_b + s * C + oc, bc, mask=mc)
+            else:
+                u = mx + tl.log(tl.sum(tl.exp(x - mx[None, :]), 0))
+            w = u - tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                w += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            row_s = s % R
+            tl.store(w_b + row_s * C + oc, w, mask=mc)
+            tl.store(f_b + row_s, F)
+            # the rows just written are read by other threads below
+            tl.debug_barrier()
+
+            # alpha_t(c) = S_t + pe_{t-1} + LSE_k (W_{t-k}(c) + D[k-1, c]), frame F_{t-1} = F_s
+            k_lim = tl.minimum(t, K)
+            run_m = tl.full([C_PAD], MASK, tl.float32)
+            if IS_MAX:
+                run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+                run_k = tl.zeros([C_PAD], dtype=tl.int32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
+            for kb in range(0, k_lim, K_BLOCK):
+                k = kb + 1 + ok
+                vk = k <= k_lim
+                row = (t - k) % R
+                m2 = vk[:, None] & mc[None, :]
+                wv = tl.load(w_b + row[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                fr = tl.load(f_b + row, mask=vk, other=0.0)
+                d = (fr - F).to(tl.float32)
+                dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                xk = wv + dbv + d[:, None]
+                bm = tl.max(xk, 0)
+                if IS_MAX:
+                    ba = tl.argmax(xk, 0, tie_break_left=True).to(tl.int32)
+                    upd = bm > run_m
+                    run_k = tl.where(upd, kb + 1 + ba, run_k)
+                    run_m = tl.where(upd, bm, run_m)
+                else:
+                    nm = tl.maximum(run_m, bm)
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
+                    run_m = nm
+            if IS_MAX:
+                lse = run_m
+                tl.store(bpk_b + t * C + oc, run_k, mask=mc)
+            else:
+                lse = run_m + tl.log(run_s)
+            at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                at += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            at = tl.where(mc, at, MASK)
+            m = tl.max(at, 0)
+            alpha = tl.where(mc, at - m, MASK)
+            F = F + m.to(tl.float64)
+            if STORE_ALPHA:
+                tl.store(a_b + t * C + oc, alpha, mask=mc)
+
+        tl.store(f_b + L % R, F)
+        am = tl.max(alpha, 0)
+        if IS_MAX:
+            tl.store(out_ptr + b, F + am.to(tl.float64))
+            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+        else:
+            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            tl.store(out_ptr + b, F + lz.to(tl.float64))
+
+    @triton.jit
+    def _fwd_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C) transition [k-1, c_src, c_dst]
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        a_ptr,  # (B, R, C) float32: alpha_hat rows, row t % R
+        f_ptr,  # (B, R) float64: frame of row t % R
+        bpk_ptr,  # (B, T+1, C) int32: argmax duration at t (IS_MAX)
+        bpc_ptr,  # (B, T+1, C) int32: argmax source label at t (IS_MAX)
+        out_ptr,  # (B,) float64
+        last_ptr,  # (B,) int32
+        C,
+        K,
+        R,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        s_bp_b,
+        C_PAD: tl.constexpr,
+        IS_MAX: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+    ):
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2 = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        bpk_b = bpk_ptr + b * s_bp_b
+        bpc_b = bpc_ptr + b * s_bp_b
+
+        alpha = tl.where(mc, 0.0, MASK)
+        F = tl.zeros([1], dtype=tl.float64)
+        F = tl.sum(F, 0)
+        tl.store(a_b + oc, alpha, mask=mc)
+        tl.store(f_b, F)
+        tl.debug_barrier()
+        for t in range(1, L + 1):
+            k_lim = tl.minimum(t, K)
+            run_m = tl.full([C_PAD], MASK, tl.float32)
+            if IS_MAX:
+                run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+                run_k = tl.zeros([C_PAD], dtype=tl.int32)
+                run_c = tl.zeros([C_PAD], dtype=tl.int32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
+            for k in range(1, k_lim + 1):
+                s = t - k
+                row = s % R
+                # shape: (C_PAD src,) alpha_hat_s in the current frame
+                av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
+                base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                base -= tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+                if HAS_PS:
+                    base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                x = av[:, None] + trk.to(tl.float32) + base[None, :]
+                bm = tl.max(x, 0)
+                if IS_MAX:
+                    ba = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
+                    upd = bm > run_m
+                    run_k = tl.where(upd, k, run_k)
+                    run_c = tl.where(upd, ba, run_c)
+                    run_m = tl.where(upd, bm, run_m)
+                else:
+                    nm = tl.maximum(run_m, bm)
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[None, :]), 0)
+                    run_m = nm
+            if IS_MAX:
+                lse = run_m
+                tl.store(bpk_b + t * C + oc, run_k, mask=mc)
+                tl.store(bpc_b + t * C + oc, run_c, mask=mc)
+            else:
+                lse = run_m + tl.log(run_s)
+            at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            at = tl.where(mc, at, MASK)
+            m = tl.max(at, 0)
+            alpha = tl.where(mc, at - m, MASK)
+            F = F + m.to(tl.float64)
+            row_t = t % R
+            tl.store(a_b + row_t * C + oc, alpha, mask=mc)
+            tl.store(f_b + row_t, F)
+            tl.debug_barrier()
+
+        am = tl.max(alpha, 0)
+        if IS_MAX:
+            tl.store(out_ptr + b, F + am.to(tl.float64))
+            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+        else:
+            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            tl.store(out_ptr + b, F + lz.to(tl.float64))
+
+    @triton.jit
+    def _traceback_kernel(
+        bpk_ptr,  # (B, T+1, C) int32
+        bpc_ptr,  # (B, T+1, C) int32
+        last_ptr,  # (B,) int32
+        len_ptr,  # (B,)
+        lab_ptr,  # (B, T) int64, pre-filled with -1
+        st_ptr,  # (B, T) int8, pre-filled with 0
+        C,
+        T,
+        s_bp_b,
+        BP_C_AT_END: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        c = tl.load(last_ptr + b)
+        ok = tl.arange(0, K_BLOCK)
+        bpk_b = bpk_ptr + b * s_bp_b
+        bpc_b = bpc_ptr + b * s_bp_b
+        lab_b = lab_ptr + b * T
+        st_b = st_ptr + b * T
+        t = L
+        while t > 0:
+            k = tl.load(bpk_b + t * C + c)
+            s = t - k
+            for j in range(0, k, K_BLOCK):
+                pos = s + j + ok
+                tl.store(lab_b + pos, c.to(tl.int64) + tl.zeros([K_BLOCK], tl.int64), mask=pos < t)
+            tl.store(st_b + s, 1)
+            if BP_C_AT_END:
+                c = tl.load(bpc_b + t * C + c)
+            else:
+                c = tl.load(bpc_b + s * C + c)
+            t = s
+
+
+class TritonForwardState(NamedTuple):
+    """What the Triton forward keeps for the Triton backward (private to the Triton pair).
+
+    ``alpha_hat`` (B, T+1, C) float32 and ``frames`` (B, T+1) float64 give
+    ``alpha_t = alpha_hat_t + F_t``; ``w_hat`` (B, T, C) holds ``W_s - F_s`` (None for (K, C, C)
+    transitions, whose recurrence has no W).
+    """
+
+    alpha_hat: torch.Tensor
+    w_hat: Optional[torch.Tensor]
+    frames: torch.Tensor
+    K_eff: int
+
+
+def _contig(x):
+    return None if x is None else x.contiguous()
+
+
+def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end,
+                  num_warps, save_for_backward):
+    if not HAS_TRITON:
+        raise RuntimeError("Triton is not available")
+    cum_scores = cum_scores.contiguous()
+    transition = transition.contiguous()
+    duration_bias = duration_bias.contiguous()
+    proj_start = _contig(proj_start)
+    proj_end = _contig(proj_end)
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    K_eff = max(1, min(int(K), T))
+    is_max = semiring == "max"
+    dur_tr = transition.dim() == 3
+    c_pad, k_block = _tile_sizes(C, K_eff)
+    full = save_for_backward and not is_max
+    R = T + 1 if full else _next_pow2(K_eff + 1)
+    frames = torch.empty((B, R), device=dev, dtype=torch.float64)
+    out = torch.empty((B,), device=dev, dtype=torch.float64)
+    last = torch.empty((B,), device=dev, dtype=torch.int32)
+    if is_max:
+        bpk = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
+        bpc = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
+    else:
+        bpk = bpc = torch.empty((1,), device=dev, dtype=torch.int32)
+    ps = proj_start if proj_start is not None else cum_scores
+    pe = proj_end if proj_end is not None else cum_scores
+    s_p_b = T * C
+    grid = (B,)
+    w_hat = None
+    if dur_tr:
+        alpha_hat = torch.empty((B, R, C), device=dev, dtype=torch.float32)
+        _fwd_duration_tr_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe, alpha_hat, frames, bpk, bpc,
+            out, last, C, K_eff, R, T1 * C, s_p_b, R * C, R, (T + 1) * C,
+            C_PAD=c_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
+            HAS_PE=proj_end is not None, num_warps=num_warps,
+        )
+    else:
+        w_hat = torch.empty((B, R, C), device=dev, dtype=torch.float32)
+        alpha_hat = torch.empty((B, T + 1, C) if full else (1,), device=dev, dtype=torch.float32)
+        _fwd_factored_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe, w_hat, alpha_hat, frames,
+            bpk, bpc, out, last, C, K_eff, R, T1 * C, s_p_b, R * C, (T + 1) * C, R, (T + 1) * C,
+            C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=is_max, HAS_PS=proj_start is not None,
+            HAS_PE=proj_end is not None, STORE_ALPHA=full, num_warps=num_warps,
+        )
+    state = TritonForwardState(alpha_hat, w_hat, frames, K_eff) if full else None
+    return out, state, (bpk, bpc, last, K_eff, dur_tr)
+
+
+def launch_streaming_triton_kernel(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    semiring: str = "log",
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    checkpoint_interval: Optional[int] = None,
+    num_warps: int = 4,
+    save_for_backward: bool = True,
+):
+    """Partition (log semiring) or best score (max semiring) of a batch, on the GPU.
+
+    Inputs must already be validated by ``validate_streaming_inputs``.
+
+    Args:
+        cum_scores: (B, T+1, C) float32/float64 cumulative scores, ``cum_scores[:, 0] = 0``.
+        transition: (C, C) or (K, C, C) transition scores.
+        duration_bias: (K, C).
+        lengths: (B,) integer lengths in [1, T].
+        K: maximum segment duration.
+        semiring: "log" (log Z) or "max" (Viterbi score).
+        proj_start, proj_end: optional (B, T, C) boundary scores.
+        checkpoint_interval: accepted for API compatibility; the Triton pair keeps every position
+            (O(T·C) per sequence, the size of the gradient itself) and ignores it.
+        num_warps: warps per program (one program per sequence).
+        save_for_backward: keep what ``launch_streaming_triton_backward`` needs (log semiring).
+
+    Returns:
+        ``(partition (B,) in the input dtype, state, 1, frames)``: ``state`` is a
+        :class:`TritonForwardState` (None for the max semiring or without ``save_for_backward``);
+        ``frames`` (B, T+1) float64 are the per-position log normalisers (None likewise).
+
+    Example:
+        >>> logZ, state, _, _ = launch_streaming_triton_kernel(S, tr, db, lengths, K)  # doctest: +SKIP
+    """
+    del checkpoint_interval
+    out, state, _ = _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring,
+                                  proj_start, proj_end, num_warps, save_for_backward)
+    frames = None if state is None else state.frames
+    return out.to(cum_scores.dtype), state, 1, frames
+
+
+def launch_streaming_triton_viterbi(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    num_warps: int = 4,
+):
+    """Best segmentation of each sequence (max semiring forward + on-GPU traceback).
+
+    Ties break toward the smallest index: the smallest source label in ``u_s``, the smallest
+    duration in ``alpha_t`` (for (K, C, C) transitions the lexicographically smallest (k, c')),
+    and the smallest final label.
+
+    Returns:
+        ``(scores (B,) in the input dtype, labels (B, T) int64 with -1 past each length,
+        seg_starts (B, T) bool, True where a segment starts)``.
+
+    Example:
+        >>> scores, labels, starts = launch_streaming_triton_viterbi(S, tr, db, lengths, K)  # doctest: +SKIP
+    """
+    out, _, (bpk, bpc, last, K_eff, dur_tr) = _forward_impl(
+        cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, num_warps, False)
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    labels = torch.full((B, T), -1, device=cum_scores.device, dtype=torch.int64)
+    starts = torch.zeros((B, T), device=cum_scores.device, dtype=torch.int8)
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
+    _traceback_kernel[(B,)](
+        bpk, bpc, last, lengths, labels, starts, C, T, (T + 1) * C,
+        BP_C_AT_END=dur_tr, K_BLOCK=min(128, _next_pow2(K_eff)), num_warps=1,
+    )
+    return out.to(cum_scores.dtype), labels, starts.bool()
