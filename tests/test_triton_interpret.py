@@ -1,0 +1,187 @@
+"""The Triton kernels, run on the CPU by Triton's interpreter, against the float64 oracles.
+
+``TRITON_INTERPRET=1`` must be set before the kernels are decorated, so it is set here before
+anything imports Triton; if the kernel modules were already imported in this process they are
+reloaded. Sizes are small: the interpreter runs every tile operation in NumPy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip("triton")
+
+from conftest import assert_close, case_id, make_inputs  # noqa: E402
+
+from torch_semimarkov.oracle import (  # noqa: E402
+    naive_marginals,
+    naive_semi_crf,
+    naive_semi_crf_viterbi,
+    segmentation_score,
+)
+from torch_semimarkov.streaming import constants  # noqa: E402
+from torch_semimarkov.streaming.segments import segments_from_boundaries  # noqa: E402
+from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+
+for _name in ("torch_semimarkov.streaming.triton_forward", "torch_semimarkov.streaming.triton_backward"):
+    if _name in sys.modules:
+        importlib.reload(sys.modules[_name])
+from torch_semimarkov.streaming import triton_backward as tb  # noqa: E402
+from torch_semimarkov.streaming import triton_forward as tf  # noqa: E402
+
+# (B, T, K, C, lengths, proj, duration_transitions)
+CASES = [
+    (2, 7, 3, 3, None, "none", False),
+    (3, 9, 4, 5, "ragged", "both", False),
+    (2, 6, 8, 3, None, "none", False),  # K > T
+    (2, 7, 1, 3, None, "start", False),  # K = 1
+    (3, 12, 2, 7, "ragged", "end", False),  # K = 2, C = 7
+    (1, 1, 3, 2, None, "none", False),  # T = 1
+    (4, 20, 5, 6, [20, 1, 13, 7], "both", False),  # a length-1 sequence in the batch
+    (2, 8, 3, 3, "ragged", "both", True),  # (K, C, C)
+    (2, 5, 7, 2, None, "none", True),  # (K, C, C), K > T
+    (2, 6, 1, 5, None, "none", True),  # (K, C, C), K = 1
+]
+IDS = [case_id(B, T, K, C, "ragged" if lens else "", proj if proj != "none" else "", "KCC" if kcc else "")
+       for B, T, K, C, lens, proj, kcc in CASES]
+
+
+def _inputs(case, dtype=torch.float32, seed=0, **kw):
+    B, T, K, C, lens, proj, kcc = case
+    return make_inputs(B, T, K, C, dtype=dtype, seed=seed, lengths=lens, proj=proj,
+                       duration_transitions=kcc, **kw)
+
+
+def _run_forward(inp, semiring="log"):
+    v = validate_streaming_inputs(**inp, semiring=semiring)
+    return v, tf.launch_streaming_triton_kernel(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring, v.proj_start, v.proj_end)
+
+
+def _run_backward(inp):
+    v, (z, state, interval, frames) = _run_forward(inp)
+    out = tb.launch_streaming_triton_backward(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, z, state, interval, frames,
+        v.proj_start, v.proj_end)
+    return z, out
+
+
+def _row(t, b):
+    return None if t is None else t[b]
+
+
+def _oracle_param_grads(inp):
+    """Per-sequence d log Z / d transition and d log Z / d duration_bias by autograd (float64)."""
+    B = inp["cum_scores"].shape[0]
+    g_tr, g_db = [], []
+    for b in range(B):
+        sub = {k: (v[b:b + 1] if isinstance(v, torch.Tensor) and k not in ("transition", "duration_bias") else v)
+               for k, v in inp.items()}
+        sub["transition"] = inp["transition"].double().clone().requires_grad_(True)
+        sub["duration_bias"] = inp["duration_bias"].double().clone().requires_grad_(True)
+        z = naive_semi_crf(**sub)
+        a, d = torch.autograd.grad(z.sum(), (sub["transition"], sub["duration_bias"]))
+        g_tr.append(a)
+        g_db.append(d)
+    return torch.stack(g_tr), torch.stack(g_db)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_forward_matches_oracle(case, semiring):
+    inp = _inputs(case, seed=1)
+    _, (z, state, _, _) = _run_forward(inp, semiring)
+    assert z.dtype == torch.float32
+    assert_close(z, naive_semi_crf(**inp, semiring=semiring), atol=1e-5, rtol=1e-6, msg=semiring)
+
+
+def test_forward_float64_inputs_return_float64():
+    inp = _inputs(CASES[1], dtype=torch.float64, seed=3)
+    _, (z, _, _, _) = _run_forward(inp)
+    assert z.dtype == torch.float64
+    assert_close(z, naive_semi_crf(**inp), atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_backward_matches_oracle(case):
+    inp = _inputs(case, seed=2)
+    z, (p_start, p_end, g_tr, g_db) = _run_backward(inp)
+    log_z, start, end, _, _ = naive_marginals(**inp)
+    ref_tr, ref_db = _oracle_param_grads(inp)
+    assert_close(z, log_z, atol=1e-5, rtol=1e-6, msg="log Z")
+    assert_close(p_start, start, atol=2e-6, rtol=1e-5, msg="P_start")
+    assert_close(p_end, end, atol=2e-6, rtol=1e-5, msg="P_end")
+    assert_close(g_tr, ref_tr, atol=1e-5, rtol=1e-5, msg="transition")
+    assert_close(g_db, ref_db, atol=1e-5, rtol=1e-5, msg="duration_bias")
+
+
+def test_backward_matches_streaming_reference():
+    ref = pytest.importorskip("torch_semimarkov.streaming.pytorch_reference")
+    inp = _inputs(CASES[6], dtype=torch.float64, seed=4)
+    v = validate_streaming_inputs(**inp)
+    z_ref, ring, interval, norms = ref.semi_crf_streaming_forward_pytorch(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", v.proj_start, v.proj_end)
+    expected = ref.semi_crf_streaming_backward_pytorch(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, z_ref, ring, interval, norms,
+        v.proj_start, v.proj_end)
+    z, got = _run_backward(inp)
+    assert_close(z, z_ref, atol=1e-5, rtol=1e-6, msg="log Z")
+    for name, a, e in zip(("p_start", "p_end", "transition", "duration_bias"), got, expected):
+        assert a.dtype == torch.float64
+        assert_close(a, e, atol=2e-6, rtol=1e-5, msg=name)
+
+
+def test_forbidden_transitions_and_long_sequence_stay_finite():
+    """-inf transitions (clamped to NEG_INF) and large scores over many steps: no NaN, right values."""
+    inp = make_inputs(2, 150, 6, 4, dtype=torch.float32, seed=5, lengths=[150, 97], scale=4.0)
+    tr = inp["transition"].clone()
+    tr[0, 1] = float("-inf")
+    tr[2, :] = float("-inf")
+    inp["transition"] = tr
+    z, (p_start, p_end, g_tr, g_db) = _run_backward(inp)
+    log_z, start, end, _, _ = naive_marginals(**inp)
+    assert_close(z, log_z, atol=1e-4, rtol=1e-6, msg="log Z")
+    assert_close(p_start, start, atol=1e-5, rtol=1e-4, msg="P_start")
+    assert_close(p_end, end, atol=1e-5, rtol=1e-4, msg="P_end")
+    assert float(g_tr[:, 0, 1].abs().max()) == 0.0
+    assert float(g_tr[:, 2, :].abs().max()) == 0.0
+    assert bool(torch.isfinite(g_db).all())
+    assert constants.NEG_INF > -1e30
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_viterbi_matches_oracle(case):
+    inp = _inputs(case, seed=3)
+    v = validate_streaming_inputs(**inp, semiring="max")
+    scores, labels, starts = tf.launch_streaming_triton_viterbi(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start, v.proj_end)
+    ref_scores, ref_segments = naive_semi_crf_viterbi(**inp)
+    assert_close(scores, ref_scores, atol=1e-5, rtol=1e-6)
+    assert labels.dtype == torch.int64 and starts.dtype == torch.bool
+    for b, L in enumerate(v.lengths.tolist()):
+        segs = segments_from_boundaries(labels[b].numpy(), starts[b].numpy(), L)
+        if segs != ref_segments[b]:
+            # an exact tie in float64 may be broken differently by float32 rounding
+            own = segmentation_score(inp["cum_scores"][b], inp["transition"], inp["duration_bias"], segs,
+                                     _row(inp["proj_start"], b), _row(inp["proj_end"], b))
+            assert abs(own - float(ref_scores[b])) < 1e-5, f"sequence {b}: {segs} != {ref_segments[b]}"
+        assert bool((labels[b, L:] == -1).all()) and not bool(starts[b, L:].any())
+
+
+def test_viterbi_ties_break_to_smallest_index():
+    """All-zero scores: every segmentation ties; the smallest index wins at each choice."""
+    B, T, K, C = 1, 5, 3, 3
+    S = torch.zeros(B, T + 1, C)
+    scores, labels, starts = tf.launch_streaming_triton_viterbi(
+        S, torch.zeros(C, C), torch.zeros(K, C), torch.tensor([T]), K)
+    assert float(scores[0]) == 0.0
+    # final label 0, then duration 1 at every step, source label 0
+    assert labels[0].tolist() == [0] * T
+    assert starts[0].tolist() == [True] * T
