@@ -45,29 +45,29 @@ def _resolve_interval(T: int, K: int, checkpoint_interval: Optional[int]) -> int
     return max(1, min(int(interval), T + 1))
 
 
-def _lse(x: torch.Tensor, dim) -> torch.Tensor:
-    return torch.logsumexp(x, dim=dim)
-
-
 class _Terms:
-    """Per-position additive terms shared by the forward and backward recurrences.
+    """Per-position additive terms shared by the forward and backward recurrences, time-major.
 
-    ``w_add[:, s] = ps[s] - S[s]`` enters every segment *starting* at s; ``a_add[:, t-1] =
-    S[t] + pe[t-1]`` every segment *ending* at t (last position t-1). Both have one padding row.
+    ``w_add[s] = ps[s] - S[s]`` enters every segment *starting* at s; ``a_add[t-1] = S[t] +
+    pe[t-1]`` every segment *ending* at t (last position t-1). Both are (T+1, B, C) with one
+    padding row; ``w_cols``/``a_cols`` are their per-position views (indexing once, not per step).
     """
 
     def __init__(self, cum_scores, proj_start, proj_end):
         B, T1, C = cum_scores.shape
         T = T1 - 1
-        zero_row = cum_scores.new_zeros(B, 1, C)
-        w_add = -cum_scores[:, :T]
+        cum = cum_scores.transpose(0, 1)  # (T+1, B, C)
+        zero_row = cum.new_zeros(1, B, C)
+        w_add = -cum[:T]
         if proj_start is not None:
-            w_add = w_add + proj_start
-        a_add = cum_scores[:, 1:]
+            w_add = w_add + proj_start.transpose(0, 1)
+        a_add = cum[1:]
         if proj_end is not None:
-            a_add = a_add + proj_end
-        self.w_add = torch.cat([w_add, zero_row], 1).contiguous()  # (B, T+1, C)
-        self.a_add = torch.cat([a_add, zero_row], 1).contiguous()  # (B, T+1, C)
+            a_add = a_add + proj_end.transpose(0, 1)
+        self.w_add = torch.cat([w_add, zero_row], 0).contiguous()  # (T+1, B, C)
+        self.a_add = torch.cat([a_add, zero_row], 0).contiguous()  # (T+1, B, C)
+        self.w_cols = self.w_add.unbind(0)
+        self.a_cols = self.a_add.unbind(0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,113 +78,106 @@ class _Terms:
 class _ForwardScan:
     """The forward recurrence of one batch, one position at a time.
 
-    After ``step(p)`` the object holds ``alpha`` (B, C) for position p+1 relative to the float64
-    normaliser ``norm`` (B,), and the ring holds W (factored) or alpha (direct) up to position p
-    (resp. p+1). ``state()``/``load()`` give the checkpoint at the current position.
+    After ``step(p)``, ``alpha`` (B, C) is alpha at position p+1 relative to the float64
+    normaliser ``norm`` (B,). The ring (2K, B, C) holds W (factored) or alpha (direct) in
+    descending position order, twice, so the K most recent rows are the slice ``[r, r+K)``.
+    ``state``/``load`` give the checkpoint at the current position.
     """
 
     def __init__(self, transition, duration_bias, terms: _Terms, K: int, semiring: str, batch: int):
         self.tr = transition
-        self.db = duration_bias
+        self.db = duration_bias[:, None, :]  # (K, 1, C): row i <-> duration i+1
         self.terms = terms
         self.K = K
         self.max = semiring == "max"
         self.direct = transition.dim() == 3
         C = duration_bias.shape[1]
         dtype, device = duration_bias.dtype, duration_bias.device
-        self.ring = torch.full((batch, 2 * K, C), NEG_INF, dtype=dtype, device=device)
+        self.ring = torch.full((2 * K, batch, C), NEG_INF, dtype=dtype, device=device)
         self.alpha = torch.zeros(batch, C, dtype=dtype, device=device)
         self.norm = torch.zeros(batch, dtype=torch.float64, device=device)
         if self.direct:
-            # alpha_0 = 0 sits in the ring at position 0 (slot 0 and its twin K)
-            self.ring[:, 0] = 0.0
-            self.ring[:, K] = 0.0
-            # w_add reversed in time, padded: the K start positions t-1..t-K are one ascending slice
-            T1 = terms.w_add.shape[1]
-            pad = terms.w_add.new_zeros(batch, K, C)
-            self.w_rev = torch.cat([pad, terms.w_add[:, : T1 - 1]], 1).flip(1).contiguous()
+            # alpha_0 = 0 sits at ring slot 0 and its twin K
+            self.ring[0] = 0.0
+            self.ring[K] = 0.0
+            self.tr4 = transition[:, None]  # (K, 1, C', C)
+            # w_add reversed in time and padded: start positions p, p-1, ..., p-K+1 form one slice
+            T1 = terms.w_add.shape[0]
+            pad = terms.w_add.new_zeros(K, batch, C)
+            self.w_rev = torch.cat([pad, terms.w_add[: T1 - 1]], 0).flip(0).contiguous()
             self.T = T1 - 1
-            self.db_plus = None
 
-    # ring slot of position p in the descending doubled ring
     def _slot(self, p: int) -> int:
+        """Ring slot of position p (descending order)."""
         return (-p) % self.K
 
-    def step(self, p: int):
-        """Advance from position p to p+1. Returns backpointers (bp_k, bp_c) for max, else None."""
-        K = self.K
-        if self.direct:
-            return self._step_direct(p)
-        alpha = self.alpha
-        scores = alpha.unsqueeze(2) + self.tr  # (B, C', C)
-        if self.max:
-            u, bp_c = scores.max(dim=1)
-        else:
-            u = _lse(scores, 1)
-        r = self._slot(p)
-        w = u + self.terms.w_add[:, p]
-        self.ring[:, r] = w
-        self.ring[:, r + K] = w
-        window = self.ring[:, r : r + K] + self.db  # (B, K, C): row i <-> W_{p-i} + D[i]
-        if self.max:
-            acc, bp_k = window.max(dim=1)
-        else:
-            acc = _lse(window, 1)
-        self.alpha = acc + self.terms.a_add[:, p]
-        if (p + 1) % RENORM_EVERY == 0:
-            self._renorm()
-        if self.max:
-            return bp_k, bp_c
-        return None
+    def step(self, p: int, out: Optional[torch.Tensor] = None):
+        """Advance from position p to p+1, writing alpha_{p+1} into ``out`` if given.
 
-    def _step_direct(self, p: int):
+        Returns the backpointers ``(bp_k, bp_c)`` for the max semiring, else None.
+        """
         K = self.K
         r = self._slot(p)
-        window = self.ring[:, r : r + K]  # (B, K, C'): row i <-> alpha_{p-i}
-        start = self.T - 1 - p
-        seg = self.db + self.w_rev[:, start : start + K]  # (B, K, C): D[k-1] + w_add[p+1-k]
-        scores = window.unsqueeze(3) + self.tr + seg.unsqueeze(2)  # (B, K, C', C)
-        B, C = scores.shape[0], scores.shape[-1]
-        if self.max:
-            acc, idx = scores.reshape(B, K * C, C).max(dim=1)
-            bp_k, bp_c = idx // C, idx % C
+        bp = None
+        if self.direct:
+            window = self.ring[r : r + K]  # (K, B, C'): row i <-> alpha_{p-i}
+            start = self.T - 1 - p
+            seg = self.db + self.w_rev[start : start + K]  # (K, B, C): D[k-1] + w_add[p+1-k]
+            scores = window.unsqueeze(3) + self.tr4 + seg.unsqueeze(2)  # (K, B, C', C)
+            if self.max:
+                Bn, C = scores.shape[1], scores.shape[3]
+                acc, idx = scores.transpose(0, 1).reshape(Bn, K * C, C).max(dim=1)
+                bp = (idx // C, idx % C)
+            else:
+                acc = torch.logsumexp(scores, (0, 2))
         else:
-            acc = _lse(scores, (1, 2))
-        self.alpha = acc + self.terms.a_add[:, p]
-        r1 = self._slot(p + 1)
-        self.ring[:, r1] = self.alpha
-        self.ring[:, r1 + K] = self.alpha
+            scores = self.alpha.unsqueeze(2) + self.tr  # (B, C', C)
+            if self.max:
+                u, bp_c = scores.max(dim=1)
+            else:
+                u = torch.logsumexp(scores, 1)
+            torch.add(u, self.terms.w_cols[p], out=self.ring[r])
+            self.ring[r + K].copy_(self.ring[r])
+            window = self.ring[r : r + K] + self.db  # (K, B, C): row i <-> W_{p-i} + D[i]
+            if self.max:
+                acc, bp_k = window.max(dim=0)
+                bp = (bp_k, bp_c)
+            else:
+                acc = torch.logsumexp(window, 0)
+        if out is None:
+            self.alpha = acc + self.terms.a_cols[p]
+        else:
+            self.alpha = torch.add(acc, self.terms.a_cols[p], out=out)
         if (p + 1) % RENORM_EVERY == 0:
             self._renorm()
-        if self.max:
-            return bp_k, bp_c
-        return None
+        if self.direct:
+            r1 = self._slot(p + 1)
+            self.ring[r1].copy_(self.alpha)
+            self.ring[r1 + K].copy_(self.alpha)
+        return bp
 
     def _renorm(self):
         shift = self.alpha.amax(dim=1)  # (B,)
-        self.alpha = self.alpha - shift[:, None]
-        self.ring -= shift[:, None, None]
+        self.alpha -= shift[:, None]
+        self.ring -= shift[:, None]
         self.norm += shift.double()
 
     def state(self, p: int) -> torch.Tensor:
-        """Checkpoint at position p: (B, K+1, C) = K ring rows in duration order, then alpha_p."""
+        """Checkpoint at position p: (B, K+1, C) = the K ring rows in duration order, then alpha_p."""
         K = self.K
-        if self.direct:
-            r = self._slot(p)
-            rows = self.ring[:, r : r + K]  # alpha_p, alpha_{p-1}, ..., alpha_{p-K+1}
-        else:
-            r = self._slot(p - 1)
-            rows = self.ring[:, r : r + K]  # W_{p-1}, ..., W_{p-K}
-        return torch.cat([rows, self.alpha.unsqueeze(1)], 1)
+        r = self._slot(p) if self.direct else self._slot(p - 1)
+        # direct: alpha_p, ..., alpha_{p-K+1}; factored: W_{p-1}, ..., W_{p-K}
+        rows = self.ring[r : r + K]
+        return torch.cat([rows, self.alpha.unsqueeze(0)], 0).transpose(0, 1)
 
     def load(self, p: int, ckpt: torch.Tensor, norm: torch.Tensor) -> None:
         K = self.K
-        rows = ckpt[:, :K]
+        rows = ckpt[:, :K].transpose(0, 1)  # (K, B, C)
         r = self._slot(p) if self.direct else self._slot(p - 1)
         # rows[i] belongs at ring slot (r + i) mod K and its twin
         idx = (torch.arange(K, device=rows.device) + r) % K
-        self.ring[:, idx] = rows
-        self.ring[:, idx + K] = rows
+        self.ring[idx] = rows
+        self.ring[idx + K] = rows
         self.alpha = ckpt[:, K].clone()
         self.norm = norm.clone()
 
@@ -192,7 +185,7 @@ class _ForwardScan:
         """log Z (or the max score) from the current alpha: (B,) float64."""
         if self.max:
             return self.alpha.amax(dim=1).double() + self.norm
-        return _lse(self.alpha, 1).double() + self.norm
+        return torch.logsumexp(self.alpha, 1).double() + self.norm
 
 
 def semi_crf_streaming_forward_pytorch(
@@ -294,31 +287,29 @@ def semi_crf_streaming_viterbi_pytorch(
     t_max = int(lengths.max())
     terms = _Terms(cum_scores, proj_start, proj_end)
     scan = _ForwardScan(transition, duration_bias, terms, K, "max", B)
-    # bp_k[:, t-1, c]: best duration of a segment with label c ending at t (stored as k-1);
-    # bp_c[:, s, c]: best predecessor label of a segment with label c starting at s
-    # (for (K, C, C) transitions, of the segment with label c ending at s+1... see traceback)
-    bp_k = torch.zeros(B, t_max, C, dtype=torch.int32)
-    bp_c = torch.zeros(B, t_max, C, dtype=torch.int32)
-    scores = torch.empty(B, dtype=torch.float64)
-    final_label = torch.empty(B, dtype=torch.int64)
-    ends = _positions_to_batches(lengths.cpu())
+    # bp_k[t-1, b, c]: best duration minus one of a segment with label c ending at t;
+    # bp_c: its best predecessor label, indexed by the segment's start s (factored) or by t-1 (direct)
+    device = cum_scores.device
+    bp_k = torch.zeros(t_max, B, C, dtype=torch.int32, device=device)
+    bp_c = torch.zeros(t_max, B, C, dtype=torch.int32, device=device)
+    scores = torch.empty(B, dtype=torch.float64, device=device)
+    final_label = torch.empty(B, dtype=torch.int64, device=device)
+    ends = _positions_to_batches(lengths)
     with torch.no_grad():
         for p in range(t_max + 1):
             if p in ends:
                 idx = ends[p]
-                best, arg = scan.alpha.cpu().max(dim=1)
-                scores[idx] = best.double()[idx] + scan.norm.cpu()[idx]
+                best, arg = scan.alpha.max(dim=1)
+                scores[idx] = best.double()[idx] + scan.norm[idx]
                 final_label[idx] = arg[idx]
             if p < t_max:
                 k_idx, c_idx = scan.step(p)
-                bp_k[:, p] = k_idx.to("cpu", torch.int32)
-                if scan.direct:
-                    bp_c[:, p] = c_idx.to("cpu", torch.int32)  # predecessor of segment ending at p+1
-                else:
-                    bp_c[:, p] = c_idx.to("cpu", torch.int32)  # predecessor of segment starting at p
-    labels, starts = traceback(bp_k.numpy(), bp_c.numpy(), final_label.numpy(), lengths.cpu().numpy(), T, scan.direct)
-    dev = cum_scores.device
-    return scores.to(cum_scores.dtype).to(dev), torch.from_numpy(labels).to(dev), torch.from_numpy(starts).to(dev)
+                bp_k[p] = k_idx
+                bp_c[p] = c_idx
+    bp_k_np = bp_k.transpose(0, 1).cpu().numpy()
+    bp_c_np = bp_c.transpose(0, 1).cpu().numpy()
+    labels, starts = traceback(bp_k_np, bp_c_np, final_label.cpu().numpy(), lengths.cpu().numpy(), T, scan.direct)
+    return scores.to(cum_scores.dtype), torch.from_numpy(labels).to(device), torch.from_numpy(starts).to(device)
 
 
 def traceback(bp_k: np.ndarray, bp_c: np.ndarray, final_label: np.ndarray, lengths: np.ndarray, T: int, direct: bool):
@@ -395,37 +386,40 @@ def semi_crf_streaming_backward_pytorch(
     interval = checkpoint_interval
     direct = transition.dim() == 3
     terms = _Terms(cum_scores, proj_start, proj_end)
-    db = duration_bias
+    db = duration_bias[:, None, :]  # (K, 1, C)
+    span = t_max + K + 1  # positions 0 .. t_max+K
 
-    pos = torch.arange(t_max + 1, device=device)
-    # masks over positions 0..t_max: 0 where valid, NEG_INF where not
-    active = pos[None, :] < lengths[:, None]  # (B, t_max+1): a segment may start at p
-    act_mask = torch.where(active, 0.0, NEG_INF).to(dtype)
-    end_mask = torch.where((pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None]), 0.0, NEG_INF).to(dtype)
-    cont = active.to(dtype)  # beta_p is a real message (p < L); at p = L it is 0
+    pos = torch.arange(span, device=device)[:, None]
+    # (span, B) masks: a segment may start at p (p < L); a segment may end at p (1 <= p <= L)
+    starts_ok = pos < lengths[None, :]
+    act_mask = torch.where(starts_ok, 0.0, NEG_INF).to(dtype)
+    end_mask = torch.where((pos >= 1) & (pos <= lengths[None, :]), 0.0, NEG_INF).to(dtype)
+    # beta_t is a real message for t < L; at t = L it is 0 (the message is multiplied by cont)
+    cont = starts_ok.to(dtype)
+    cont_cols = cont.unsqueeze(2).unbind(0)
+    # x_add[t] = S_t + pe_{t-1} for 1 <= t <= L and NEG_INF past it, so X_t = NEG_INF there
+    x_add = torch.full((span, B, C), NEG_INF, dtype=dtype, device=device)
+    x_add[1 : T + 1] = terms.a_add[:T]
+    x_add.masked_fill_((pos > lengths[None, :]).unsqueeze(2), NEG_INF)
+    x_cols = x_add.unbind(0)
 
-    # x_add[:, t] = S_t + pe_{t-1} for 1 <= t <= L, NEG_INF past the length (X is then NEG_INF)
-    span = t_max + K + 1
-    x_add = torch.full((B, span, C), NEG_INF, dtype=dtype, device=device)
-    n_valid = min(T, span - 1)
-    valid_t = torch.arange(1, n_valid + 1, device=device)
-    x_add[:, 1 : n_valid + 1] = torch.where(
-        (valid_t[None, :, None] <= lengths[:, None, None]), terms.a_add[:, :n_valid], NEG_INF
-    )
-    # X_t and its float64 frame for every position, as written by the sequential loop
-    x_all = torch.full((B, span, C), NEG_INF, dtype=dtype, device=device)
-    x_frame = torch.zeros(B, span, dtype=torch.float64, device=device)
+    # beta and v at every position (pre-shift) with their float64 frame
+    beta_all = torch.zeros(span, B, C, dtype=dtype, device=device)
+    v_all = torch.full((span, B, C), NEG_INF, dtype=dtype, device=device)
+    frame_all = torch.zeros(span, B, dtype=torch.float64, device=device)
 
     p_start = torch.zeros(B, T, C, dtype=dtype, device=device)
     p_end = torch.zeros(B, T, C, dtype=dtype, device=device)
+    p_start_t, p_end_t = p_start.transpose(0, 1), p_end.transpose(0, 1)
     g_tr = torch.zeros((B,) + tuple(transition.shape), dtype=torch.float64, device=device)
     g_db = torch.zeros(B, K, C, dtype=torch.float64, device=device)
 
-    scan = _ForwardScan(transition, db, terms, K, "log", B)
-    x_ring = torch.full((B, 2 * K, C), NEG_INF, dtype=dtype, device=device)
+    scan = _ForwardScan(transition, duration_bias, terms, K, "log", B)
     beta_next = torch.zeros(B, C, dtype=dtype, device=device)
     frame = torch.zeros(B, dtype=torch.float64, device=device)
-    log_z = log_Z.to(torch.float64)
+    log_z = log_Z.to(device=device, dtype=torch.float64)
+    carry = torch.full((K, B, C), NEG_INF, dtype=dtype, device=device)
+    tr4 = transition[:, None] if direct else None  # (K, 1, C', C)
 
     n_ckpt = ring_checkpoints.shape[1]
     with torch.no_grad():
@@ -433,120 +427,115 @@ def semi_crf_streaming_backward_pytorch(
             t0 = i * interval
             t1 = min(t0 + interval, t_max + 1)
             n = t1 - t0
-            # ---- recompute alpha (and W) over the interval from the checkpoint
+            # ---- recompute alpha over positions t0 .. t1-1 from the checkpoint
             scan.load(t0, ring_checkpoints[:, i], log_norm_checkpoints[:, i])
-            alpha_buf = cum_scores.new_empty(B, n, C)
-            norm_buf = torch.empty(B, n, dtype=torch.float64, device=device)
-            w_buf = None if direct else cum_scores.new_empty(B, n, C)
-            for j in range(n):
-                p = t0 + j
-                alpha_buf[:, j] = scan.alpha
-                norm_buf[:, j] = scan.norm
-                if p < t_max:
-                    scan.step(p)
-                    if not direct:
-                        w_buf[:, j] = scan.ring[:, scan._slot(p)]
-                        # the ring may have been renormalised after W_p was written
-                        if (p + 1) % RENORM_EVERY == 0:
-                            w_buf[:, j] += (scan.norm - norm_buf[:, j]).to(dtype)[:, None]
-            # ---- beta backward through the interval
-            v_buf = None if direct else cum_scores.new_empty(B, n, C)
-            beta_buf = cum_scores.new_empty(B, n, C)
-            vframe_buf = torch.empty(B, n, dtype=torch.float64, device=device)
+            alpha_buf = cum_scores.new_empty(n, B, C)
+            norm_buf = torch.empty(n, B, dtype=torch.float64, device=device)
+            alpha_buf[0] = scan.alpha
+            norm_buf[0] = scan.norm
+            for j in range(n - 1):
+                scan.step(t0 + j, out=alpha_buf[j + 1])
+                norm_buf[j + 1] = scan.norm
+            # ---- beta backward through the interval; xw[j] holds X at position t0+1+j
+            xw = cum_scores.new_empty(n + K, B, C)
+            xw[n : n + K] = carry
             for j in range(n - 1, -1, -1):
                 p = t0 + j
                 t = p + 1
-                q = t % K
-                x_t = x_add[:, t] + beta_next * cont[:, t, None] if t <= t_max else x_add[:, t]
-                x_ring[:, q] = x_t
-                x_ring[:, q + K] = x_t
-                x_all[:, t] = x_t
-                x_frame[:, t] = frame * cont[:, t] if t <= t_max else 0.0
-                window = x_ring[:, q : q + K]  # row i <-> X_{p+1+i}
-                if direct:
-                    y = window + db + terms.w_add[:, p, None, :]  # (B, K, C)
-                    beta = _lse(transition + y.unsqueeze(2), (1, 3))
+                if t <= t_max:
+                    torch.addcmul(x_cols[t], beta_next, cont_cols[t], out=xw[j])
                 else:
-                    v = _lse(window + db, 1) + terms.w_add[:, p]
-                    v_buf[:, j] = v
-                    beta = _lse(transition + v.unsqueeze(1), 2)
-                beta_buf[:, j] = beta
-                vframe_buf[:, j] = frame
+                    xw[j] = NEG_INF
+                window = xw[j : j + K] + db  # row i <-> X_{p+1+i} + D[i]
+                if direct:
+                    y = window + terms.w_cols[p]  # (K, B, C)
+                    torch.logsumexp(tr4 + y.unsqueeze(2), (0, 3), out=beta_all[p])
+                else:
+                    v = torch.add(torch.logsumexp(window, 0), terms.w_cols[p], out=v_all[p])
+                    torch.logsumexp(transition + v.unsqueeze(1), 2, out=beta_all[p])
+                frame_all[p] = frame
+                beta_next = beta_all[p]
                 if p % RENORM_EVERY == 0:
-                    shift = beta.amax(dim=1) * cont[:, p]
-                    beta = beta - shift[:, None]
-                    x_ring -= shift[:, None, None]
+                    shift = beta_next.amax(dim=1) * cont[p]
+                    beta_next = beta_next - shift[:, None]
+                    xw[j : j + K] -= shift[:, None]
                     frame = frame + shift.double()
-                beta_next = beta
+            carry = xw[:K].clone()
             # ---- every marginal of the interval at once
-            base = norm_buf + vframe_buf - log_z[:, None]  # (B, n) float64
             sl = slice(t0, t1)
-            # P_end at positions t0..t1-1 (alpha_t + beta_t; beta_L = 0 via cont)
-            e_exp = alpha_buf + beta_buf * cont[:, sl, None] + (norm_buf + vframe_buf * cont[:, sl] - log_z[:, None]).to(dtype)[..., None]
-            e_exp = e_exp + end_mask[:, sl, None]
-            pe = torch.exp(e_exp)
+            base = (norm_buf + frame_all[sl] - log_z).to(dtype)  # (n, B)
+            # P_end at positions t0..t1-1: alpha_t + beta_t (beta_L = 0 through cont)
+            e_exp = alpha_buf + beta_all[sl] * cont[sl, :, None] + (norm_buf + frame_all[sl] * cont[sl] - log_z).to(dtype)[..., None]
+            pe = torch.exp(e_exp + end_mask[sl, :, None])
             lo = max(t0, 1)
             if lo < t1:
-                p_end[:, lo - 1 : t1 - 1] = pe[:, lo - t0 :]
-            x_win = x_all[:, t0 + 1 : t1 + K]  # (B, n+K-1, C): X_{t0+1} .. X_{t1+K-1}
-            f_win = x_frame[:, t0 + 1 : t1 + K]
+                p_end_t[lo - 1 : t1 - 1] = pe[lo - t0 :]
+            # X at positions t0+1 .. t1+K-1 with its frame, for the segment terms
+            xs_sl = slice(t0 + 1, t1 + K)
+            x_seg = x_add[xs_sl] + beta_all[xs_sl] * cont[xs_sl, :, None]
+            f_seg = (frame_all[xs_sl] * cont[xs_sl]).to(dtype)
             if direct:
                 _direct_interval_terms(
-                    alpha_buf, norm_buf, x_win, f_win, terms.w_add[:, sl], act_mask[:, sl], log_z,
-                    transition, db, K, p_start, g_tr, g_db, t0, t1, T,
+                    alpha_buf, norm_buf, x_seg, f_seg, terms.w_add[sl], act_mask[sl], log_z,
+                    transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T,
                 )
             else:
-                u = w_buf - terms.w_add[:, sl]
-                s_exp = u + v_buf + base.to(dtype)[..., None] + act_mask[:, sl, None]
-                hi = min(t1, T)
-                p_start[:, t0:hi] = torch.exp(s_exp[:, : hi - t0])
-                # P_trans summed over the interval
-                v_base = v_buf + (base.to(dtype) + act_mask[:, sl])[..., None]
-                _accumulate_transition_grad(alpha_buf, v_base, transition, g_tr)
-                # P_seg summed over the interval: W_p + D[k-1] + X_{p+k}, blocked over positions
-                w_base = w_buf + (norm_buf - log_z[:, None]).to(dtype)[..., None] + act_mask[:, sl, None]
-                _accumulate_duration_grad(w_base, x_win, f_win, db, K, g_db)
+                a_base = (norm_buf - log_z).to(dtype) + act_mask[sl]  # (n, B)
+                v_base = v_all[sl] + (base + act_mask[sl])[..., None]
+                _factored_interval_terms(
+                    alpha_buf, a_base, v_base, x_seg, f_seg, terms.w_add[sl], transition, duration_bias,
+                    K, p_start_t, g_tr, g_db, t0, T,
+                )
     return p_start, p_end, g_tr.to(dtype), g_db.to(dtype)
 
 
-def _accumulate_transition_grad(alpha_buf, v_base, transition, g_tr):
-    """g_tr[b, c', c] += sum_p exp(alpha_p[b, c'] + Tr[c', c] + v_base[b, p, c])."""
-    B, n, C = alpha_buf.shape
-    step = max(1, _BLOCK_ELEMENTS // max(1, B * C * C))
+def _blocks(n: int, per_row: int):
+    """Split range(n) into blocks of at most _BLOCK_ELEMENTS elements (per_row elements a row)."""
+    step = max(1, _BLOCK_ELEMENTS // max(1, per_row))
     for a in range(0, n, step):
-        b_ = min(n, a + step)
-        e = alpha_buf[:, a:b_].unsqueeze(3) + transition + v_base[:, a:b_].unsqueeze(2)
-        g_tr += torch.exp(e).sum(1, dtype=torch.float64)
+        yield a, min(n, a + step)
 
 
-def _accumulate_duration_grad(w_base, x_win, f_win, db, K, g_db):
-    """g_db[b, k-1, c] += sum_p exp(w_base[b,p,c] + D[k-1,c] + X_{p+k}[b,c] + frame_{p+k}[b])."""
-    B, n, C = w_base.shape
-    step = max(1, _BLOCK_ELEMENTS // max(1, B * K * C))
-    for a in range(0, n, step):
-        b_ = min(n, a + step)
-        xs = x_win[:, a : b_ + K - 1].unfold(1, K, 1)  # (B, m, C, K): X_{p+1..p+K}
-        fs = f_win[:, a : b_ + K - 1].unfold(1, K, 1)  # (B, m, K)
-        e = w_base[:, a:b_].unsqueeze(3) + xs + db.t() + fs.to(w_base.dtype).unsqueeze(2)
-        g_db += torch.exp(e).sum(1, dtype=torch.float64).transpose(1, 2)
+def _factored_interval_terms(alpha_buf, a_base, v_base, x_seg, f_seg, w_add, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
+    """P_start, P_trans and P_seg of one interval for the factored recurrence.
+
+    alpha_buf (n, B, C) with a_base (n, B) = its frame - log Z (+ NEG_INF where no segment may
+    start); v_base (n, B, C) = v + frames - log Z (+ the same mask); x_seg (n+K-1, B, C) and f_seg
+    its frame: X at positions t0+1 .. ; w_add (n, B, C).
+    """
+    n, B, C = alpha_buf.shape
+    db_t = duration_bias.t()  # (C, K)
+    for a, b in _blocks(n, B * C * max(C, K)):
+        alpha = alpha_buf[a:b]
+        # u_p = LSE_c' (alpha_p + Tr), so W_p = u_p + w_add_p
+        u = torch.logsumexp(alpha.unsqueeze(3) + transition, 2)  # (m, B, C)
+        hi = min(t0 + b, T)
+        if t0 + a < hi:
+            p_start_t[t0 + a : hi] = torch.exp(u + v_base[a:b])[: hi - t0 - a]
+        # P_trans(p, c', c) = exp(alpha_p(c') + Tr[c', c] + v_p(c) - log Z)
+        e = alpha.unsqueeze(3) + transition + v_base[a:b].unsqueeze(2)  # (m, B, C', C)
+        g_tr += torch.exp(e).sum(0, dtype=torch.float64)
+        # P_seg(p, k, c) = exp(W_p(c) + D[k-1, c] + X_{p+k}(c) - log Z)
+        w = u + w_add[a:b] + a_base[a:b, :, None]
+        xs = x_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, C, K): X_{p+1} .. X_{p+K}
+        fs = f_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, K)
+        e = w.unsqueeze(3) + xs + db_t + fs.unsqueeze(2)
+        g_db += torch.exp(e).sum(0, dtype=torch.float64).transpose(1, 2)
 
 
-def _direct_interval_terms(alpha_buf, norm_buf, x_win, f_win, w_add, act_mask, log_z, transition, db, K, p_start, g_tr, g_db, t0, t1, T):
-    """P_seg(p, k, c', c) for the (K, C, C) recurrence over one interval, blocked over positions."""
-    B, n, C = alpha_buf.shape
+def _direct_interval_terms(alpha_buf, norm_buf, x_seg, f_seg, w_add, act_mask, log_z, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
+    """P_seg(p, k, c', c), and from it P_start and the shared gradients, for (K, C, C) transitions."""
+    n, B, C = alpha_buf.shape
     dtype = alpha_buf.dtype
-    step = max(1, _BLOCK_ELEMENTS // max(1, B * K * C * C))
-    for a in range(0, n, step):
-        b_ = min(n, a + step)
-        xs = x_win[:, a : b_ + K - 1].unfold(1, K, 1).transpose(2, 3)  # (B, m, K, C)
-        fs = f_win[:, a : b_ + K - 1].unfold(1, K, 1)  # (B, m, K)
-        base = (norm_buf[:, a:b_, None] + fs - log_z[:, None, None]).to(dtype) + act_mask[:, a:b_, None]
-        y = xs + db + w_add[:, a:b_, None, :] + base.unsqueeze(3)  # (B, m, K, C)
-        e = alpha_buf[:, a:b_, None, :, None] + transition + y.unsqueeze(3)  # (B, m, K, C', C)
+    a_base = (norm_buf - log_z).to(dtype) + act_mask  # (n, B)
+    for a, b in _blocks(n, B * K * C * C):
+        xs = x_seg[a : b + K - 1].unfold(0, K, 1).permute(0, 1, 3, 2)  # (m, B, K, C)
+        fs = f_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, K)
+        y = xs + duration_bias + w_add[a:b, :, None, :] + (fs + a_base[a:b, :, None]).unsqueeze(3)
+        e = alpha_buf[a:b, :, None, :, None] + transition + y.unsqueeze(3)  # (m, B, K, C', C)
         prob = torch.exp(e)
-        g_tr += prob.sum(1, dtype=torch.float64)
-        g_db += prob.sum((1, 3), dtype=torch.float64)
-        hi = min(t0 + b_, T)
-        lo = t0 + a
-        if lo < hi:
-            p_start[:, lo:hi] = prob.sum((2, 3))[:, : hi - lo]
+        g_tr += prob.sum(0, dtype=torch.float64)
+        g_db += prob.sum((0, 3), dtype=torch.float64)
+        hi = min(t0 + b, T)
+        if t0 + a < hi:
+            p_start_t[t0 + a : hi] = prob.sum((2, 3))[: hi - t0 - a]
