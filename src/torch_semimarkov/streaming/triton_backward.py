@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .triton_forward import HAS_TRITON, TritonForwardState, _next_pow2, _tile_sizes
+from .triton_forward import HAS_TRITON, _tile_sizes
 
 if HAS_TRITON:
     import triton
@@ -108,7 +108,7 @@ if HAS_TRITON:
                 nm = tl.maximum(run_m, tl.max(xk, 0))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
                 run_m = nm
-            lse = run_m + tl.log(run_s)
+            lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
             # P_start(s) = exp(u_s + v_s - log Z) = exp(W_s + lse_s - log Z)
             fs = tl.load(f_b + s)
             wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
@@ -352,7 +352,7 @@ def launch_streaming_triton_backward(
     lengths: torch.Tensor,
     K: int,
     log_Z: torch.Tensor,
-    ring_checkpoints: TritonForwardState,
+    ring_checkpoints: torch.Tensor,
     checkpoint_interval: int,
     log_norm_checkpoints,
     proj_start: Optional[torch.Tensor] = None,
@@ -365,8 +365,9 @@ def launch_streaming_triton_backward(
         cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end: the forward inputs.
         log_Z: (B,) from ``launch_streaming_triton_kernel`` (any float dtype; the kernel uses the
             float64 value recomputed from the saved state).
-        ring_checkpoints: the :class:`TritonForwardState` returned by the forward.
-        checkpoint_interval, log_norm_checkpoints: as returned by the forward (unused).
+        ring_checkpoints: the saved state tensor returned by the forward.
+        checkpoint_interval: as returned by the forward (unused).
+        log_norm_checkpoints: the (B, T+1) float64 frames returned by the forward.
 
     Returns:
         ``(p_start (B, T, C), p_end (B, T, C), grad_transition (B, C, C) or (B, K, C, C),
@@ -378,10 +379,12 @@ def launch_streaming_triton_backward(
         >>> p_start, p_end, g_tr, g_db = launch_streaming_triton_backward(
         ...     S, tr, db, lens, K, z, st, dt, fr)  # doctest: +SKIP
     """
-    del checkpoint_interval, log_norm_checkpoints
-    state = ring_checkpoints
-    if state is None:
+    del checkpoint_interval
+    if ring_checkpoints is None or log_norm_checkpoints is None:
         raise ValueError("the forward was run without save_for_backward")
+    alpha_hat = ring_checkpoints[0]
+    w_hat = ring_checkpoints[1] if ring_checkpoints.shape[0] > 1 else None
+    frames = log_norm_checkpoints
     cum_scores = cum_scores.contiguous()
     transition = transition.contiguous()
     duration_bias = duration_bias.contiguous()
@@ -393,7 +396,7 @@ def launch_streaming_triton_backward(
     dev = cum_scores.device
     dtype = cum_scores.dtype
     K = int(K)
-    K_eff = state.K_eff
+    K_eff = max(1, min(K, T))
     c_pad, k_block = _tile_sizes(C, K_eff)
     lz = log_Z.detach().to(device=dev, dtype=torch.float64).contiguous()
     x_hat = torch.empty((B, T + 1, C), device=dev, dtype=torch.float32)
@@ -406,15 +409,15 @@ def launch_streaming_triton_backward(
     dur_tr = transition.dim() == 3
     if not dur_tr:
         _beta_factored_kernel[(B,)](
-            cum_scores, transition, duration_bias, lengths, ps, pe, lz, state.alpha_hat, state.w_hat,
-            state.frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
+            cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat, w_hat,
+            frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
             C_PAD=c_pad, K_BLOCK=k_block, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, num_warps=num_warps,
         )
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](
-            transition, duration_bias, lengths, lz, state.alpha_hat, state.w_hat, state.frames,
+            transition, duration_bias, lengths, lz, alpha_hat, w_hat, frames,
             x_hat, g, p_start, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1, T * C,
             C_PAD=c_pad, K_BLOCK=k_block, num_warps=num_warps,
         )
@@ -422,14 +425,14 @@ def launch_streaming_triton_backward(
         g_db = wdb.sum(1, dtype=torch.float64)
     else:
         _beta_duration_tr_kernel[(B,)](
-            cum_scores, transition, duration_bias, lengths, ps, pe, lz, state.alpha_hat,
-            state.frames, x_hat, g, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
+            cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat,
+            frames, x_hat, g, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
             C_PAD=c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
             num_warps=num_warps,
         )
         wtr = torch.zeros((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
         _shared_duration_tr_kernel[(B, nch)](
-            cum_scores, transition, duration_bias, lengths, ps, lz, state.alpha_hat, state.frames,
+            cum_scores, transition, duration_bias, lengths, ps, lz, alpha_hat, frames,
             x_hat, g, p_start, wtr, C, K_eff, ch, nch, T1 * C, T * C, T1 * C, T1,
             C_PAD=c_pad, HAS_PS=proj_start is not None, num_warps=num_warps,
         )

@@ -163,7 +163,7 @@ if HAS_TRITON:
                 lse = run_m
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
             else:
-                lse = run_m + tl.log(run_s)
+                lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
             at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 at += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -265,7 +265,7 @@ if HAS_TRITON:
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
                 tl.store(bpc_b + t * C + oc, run_c, mask=mc)
             else:
-                lse = run_m + tl.log(run_s)
+                lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
             at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -323,20 +323,6 @@ if HAS_TRITON:
             t = s
 
 
-class TritonForwardState(NamedTuple):
-    """What the Triton forward keeps for the Triton backward (private to the Triton pair).
-
-    ``alpha_hat`` (B, T+1, C) float32 and ``frames`` (B, T+1) float64 give
-    ``alpha_t = alpha_hat_t + F_t``; ``w_hat`` (B, T, C) holds ``W_s - F_s`` (None for (K, C, C)
-    transitions, whose recurrence has no W).
-    """
-
-    alpha_hat: torch.Tensor
-    w_hat: Optional[torch.Tensor]
-    frames: torch.Tensor
-    K_eff: int
-
-
 def _contig(x):
     return None if x is None else x.contiguous()
 
@@ -373,8 +359,11 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     s_p_b = T * C
     grid = (B,)
     w_hat = None
+    # alpha_hat and W_hat share one allocation so that the backward state is a single tensor
+    n_rows = 1 if dur_tr else 2
+    saved = torch.empty((n_rows, B, T + 1, C), device=dev, dtype=torch.float32) if full else None
     if dur_tr:
-        alpha_hat = torch.empty((B, R, C), device=dev, dtype=torch.float32)
+        alpha_hat = saved[0] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
         _fwd_duration_tr_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, alpha_hat, frames, bpk, bpc,
             out, last, C, K_eff, R, T1 * C, s_p_b, R * C, R, (T + 1) * C,
@@ -382,16 +371,15 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
             HAS_PE=proj_end is not None, num_warps=num_warps,
         )
     else:
-        w_hat = torch.empty((B, R, C), device=dev, dtype=torch.float32)
-        alpha_hat = torch.empty((B, T + 1, C) if full else (1,), device=dev, dtype=torch.float32)
+        w_hat = saved[1] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
+        alpha_hat = saved[0] if full else torch.empty((1,), device=dev, dtype=torch.float32)
         _fwd_factored_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, w_hat, alpha_hat, frames,
             bpk, bpc, out, last, C, K_eff, R, T1 * C, s_p_b, R * C, (T + 1) * C, R, (T + 1) * C,
             C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=is_max, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, STORE_ALPHA=full, num_warps=num_warps,
         )
-    state = TritonForwardState(alpha_hat, w_hat, frames, K_eff) if full else None
-    return out, state, (bpk, bpc, last, K_eff, dur_tr)
+    return out, (saved, frames) if full else None, (bpk, bpc, last, K_eff, dur_tr)
 
 
 def launch_streaming_triton_kernel(
@@ -425,17 +413,19 @@ def launch_streaming_triton_kernel(
         save_for_backward: keep what ``launch_streaming_triton_backward`` needs (log semiring).
 
     Returns:
-        ``(partition (B,) in the input dtype, state, 1, frames)``: ``state`` is a
-        :class:`TritonForwardState` (None for the max semiring or without ``save_for_backward``);
-        ``frames`` (B, T+1) float64 are the per-position log normalisers (None likewise).
+        ``(partition (B,) in the input dtype, state, 1, frames)``: ``state`` is one float32 tensor
+        (2, B, T+1, C) holding ``alpha_hat`` and ``W_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for
+        (K, C, C) transitions) and ``frames`` (B, T+1) float64 the per-position log normalisers,
+        so ``alpha_t = alpha_hat_t + frames_t``. Both are None for the max semiring or without
+        ``save_for_backward``. Pass all four to ``launch_streaming_triton_backward``.
 
     Example:
         >>> logZ, state, _, _ = launch_streaming_triton_kernel(S, tr, db, lengths, K)  # doctest: +SKIP
     """
     del checkpoint_interval
-    out, state, _ = _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring,
+    out, saved, _ = _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring,
                                   proj_start, proj_end, num_warps, save_for_backward)
-    frames = None if state is None else state.frames
+    state, frames = saved if saved is not None else (None, None)
     return out.to(cum_scores.dtype), state, 1, frames
 
 
