@@ -398,7 +398,10 @@ def launch_streaming_triton_backward(
     K = int(K)
     K_eff = max(1, min(K, T))
     c_pad, k_block = _tile_sizes(C, K_eff)
-    lz = log_Z.detach().to(device=dev, dtype=torch.float64).contiguous()
+    # log Z in float64 from the saved state: the returned partition may be float32, whose rounding
+    # (0.06 at log Z ~ 1e6) would bias every marginal
+    rows = torch.arange(B, device=dev)
+    lz = (frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1)).contiguous()
     x_hat = torch.empty((B, T + 1, C), device=dev, dtype=torch.float32)
     g = torch.empty((B, T + 1), device=dev, dtype=torch.float64)
     p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)

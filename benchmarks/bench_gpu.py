@@ -1,0 +1,331 @@
+"""GPU benchmark: torch-semimarkov's Triton kernels against flash-semicrf 0.2.0, in one run.
+
+For each configuration (B, T, K, C) it times forward, forward+backward and Viterbi for both
+libraries on the same GPU, and records the peak memory of forward+backward above the inputs
+(``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``). Inputs: float32
+zero-centred cumulative scores, transition and duration bias ~ 0.1 N(0, 1), full lengths.
+
+* ours: ``triton.testing.do_bench`` medians. forward = validation + forward launcher without
+  saved state; forward+backward = the public autograd API, ``.backward()`` on a random upstream
+  gradient; Viterbi = max-semiring forward + backpointers + on-GPU traceback (labels and segment
+  starts).
+* flash-semicrf: ``flash_semicrf.streaming.semi_crf_streaming_forward(..., use_triton=True)``
+  (its Viterbi: ``semiring="max"``, the score only). It is slow, so it is compiled on a short
+  sequence with the same (B, K, C) and then timed with few repeats (median of wall-clock runs).
+
+Also: an exp-throughput micro-benchmark, the exp-count floor of the full-GPU configuration, and
+the sweeps over T and K for the plot. Usage:
+
+    python benchmarks/bench_gpu.py --out results.json [--quick] [--no-flash]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+from torch_semimarkov.streaming.triton_forward import (  # noqa: E402
+    launch_streaming_triton_kernel,
+    launch_streaming_triton_viterbi,
+)
+from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+
+CONFIGS = [
+    (64, 1000, 100, 24),
+    (32, 1000, 500, 24),
+    (16, 10000, 100, 24),
+    (32, 2000, 50, 4),
+    (8, 500, 32, 8),
+    (1, 100000, 64, 24),
+]
+FULL_GPU = (1024, 1000, 100, 24)
+
+
+def make_inputs(B, T, K, C, seed=0, dev="cuda"):
+    g = torch.Generator(device=dev).manual_seed(seed)
+    scores = torch.randn(B, T, C, device=dev, generator=g)
+    scores = scores - scores.mean(1, keepdim=True)
+    cum = torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0))
+    tr = 0.1 * torch.randn(C, C, device=dev, generator=g)
+    db = 0.1 * torch.randn(K, C, device=dev, generator=g)
+    lengths = torch.full((B,), T, device=dev, dtype=torch.int64)
+    return cum, tr, db, lengths
+
+
+# ---------------------------------------------------------------- our library
+def ours_forward(cum, tr, db, lengths, K):
+    v = validate_streaming_inputs(cum, tr, db, lengths, K)
+    return launch_streaming_triton_kernel(v.cum_scores, v.transition, v.duration_bias, v.lengths, K,
+                                          save_for_backward=False)[0]
+
+
+def ours_fwd_bwd(cum, tr, db, lengths, K):
+    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+
+    cum = cum.detach().requires_grad_(True)
+    tr = tr.detach().requires_grad_(True)
+    db = db.detach().requires_grad_(True)
+    z = semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True)
+    z.backward(torch.ones_like(z))
+    return cum.grad
+
+
+def ours_fwd_bwd_launchers(cum, tr, db, lengths, K):
+    """The kernel pair alone (no autograd, no gradient assembly), for the notes."""
+    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+
+    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
+    return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr)
+
+
+def ours_viterbi(cum, tr, db, lengths, K):
+    v = validate_streaming_inputs(cum, tr, db, lengths, K, "max")
+    return launch_streaming_triton_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, K)
+
+
+# ---------------------------------------------------------------- flash-semicrf (black box)
+def flash_module():
+    try:
+        import flash_semicrf.streaming as fs
+    except ImportError:
+        return None
+    return fs
+
+
+def flash_forward(fs, cum, tr, db, lengths, K):
+    with torch.no_grad():
+        return fs.semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True)
+
+
+def flash_fwd_bwd(fs, cum, tr, db, lengths, K):
+    cum = cum.detach().requires_grad_(True)
+    tr = tr.detach().requires_grad_(True)
+    db = db.detach().requires_grad_(True)
+    z = fs.semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True)
+    z.backward(torch.ones_like(z))
+    return cum.grad
+
+
+def flash_viterbi(fs, cum, tr, db, lengths, K):
+    with torch.no_grad():
+        return fs.semi_crf_streaming_forward(cum, tr, db, lengths, K, semiring="max", use_triton=True)
+
+
+# ---------------------------------------------------------------- timing helpers
+def bench_ms(fn, slow_ok=False, budget_s=2.0):
+    """Median milliseconds. Fast functions: do_bench. Slow ones: a few timed wall-clock runs."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once = time.perf_counter() - t0
+    if once < 0.05:
+        return do_bench(fn, warmup=50, rep=300, return_mode="median")
+    n = max(1, min(5, int(budget_s / once))) if slow_ok else max(3, min(10, int(budget_s / once)))
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def peak_mb(fn):
+    """Peak memory (MB) of fn above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2**20
+
+
+def flash_time_once(fn, warm_fn):
+    """Compile flash on a short sequence (warm_fn), then a few timed runs of fn.
+
+    Returns (median ms, runs, peak MB of the first timed run above the memory before it)."""
+    warm_fn()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    first = (time.perf_counter() - t0) * 1e3
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    times = [first]
+    reps = 0 if first > 3000 else (1 if first > 1000 else (2 if first > 300 else 4))
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2], len(times), peak
+
+
+# ---------------------------------------------------------------- exp throughput
+@triton.jit
+def _exp_rate_kernel(x_ptr, out_ptr, N_ITER: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(N_ITER):
+        acc += tl.exp(x)
+        x = x * 0.9999 - 0.0001
+    tl.store(out_ptr + offs, acc)
+
+
+def exp_rate():
+    """exp evaluations per second of tl.exp (float32) on this GPU."""
+    n_prog, block, n_iter = 132 * 64, 1024, 1024
+    x = torch.rand(n_prog * block, device="cuda") - 0.5
+    out = torch.empty_like(x)
+    fn = lambda: _exp_rate_kernel[(n_prog,)](x, out, N_ITER=n_iter, BLOCK=block, num_warps=8)  # noqa: E731
+    ms = do_bench(fn, warmup=20, rep=200, return_mode="median")
+    return n_prog * block * n_iter / (ms * 1e-3)
+
+
+def exp_counts(B, T, K, C):
+    """exps the factored algorithm must evaluate: forward K·C + C² per position; forward+backward
+    twice that (each marginal can reuse the exps of the recurrences); ours does 3x (a separate
+    marginal pass)."""
+    per = K * C + C * C
+    return {"forward": B * T * per, "fwd_bwd_min": 2 * B * T * per, "fwd_bwd_ours": 3 * B * T * per}
+
+
+# ---------------------------------------------------------------- main
+def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
+    cum, tr, db, lengths = make_inputs(B, T, K, C)
+    rec = {"B": B, "T": T, "K": K, "C": C}
+    ours = {}
+    ours["forward_ms"] = bench_ms(lambda: ours_forward(cum, tr, db, lengths, K))
+    ours["fwd_bwd_ms"] = bench_ms(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))
+    ours["fwd_bwd_kernels_ms"] = bench_ms(lambda: ours_fwd_bwd_launchers(cum, tr, db, lengths, K))
+    ours["viterbi_ms"] = bench_ms(lambda: ours_viterbi(cum, tr, db, lengths, K))
+    ours["fwd_bwd_peak_mb"] = peak_mb(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))
+    ours["forward_peak_mb"] = peak_mb(lambda: ours_forward(cum, tr, db, lengths, K))
+    rec["ours"] = ours
+    print(f"  ours  B{B} T{T} K{K} C{C}: fwd {ours['forward_ms']:.3f} ms, fwd+bwd {ours['fwd_bwd_ms']:.3f} ms "
+          f"(kernels {ours['fwd_bwd_kernels_ms']:.3f}), viterbi {ours['viterbi_ms']:.3f} ms, "
+          f"peak {ours['fwd_bwd_peak_mb']:.1f} MB", flush=True)
+    if fs is not None and with_flash:
+        Tw = min(T, 200)
+        cw, trw, dbw, lw = make_inputs(B, Tw, K, C, seed=1)
+        fl = {}
+        fl["forward_ms"], fl["forward_n"], fl["forward_peak_mb"] = flash_time_once(
+            lambda: flash_forward(fs, cum, tr, db, lengths, K), lambda: flash_forward(fs, cw, trw, dbw, lw, K))
+        fl["viterbi_ms"], fl["viterbi_n"], _ = flash_time_once(
+            lambda: flash_viterbi(fs, cum, tr, db, lengths, K), lambda: flash_viterbi(fs, cw, trw, dbw, lw, K))
+        fl["fwd_bwd_ms"], fl["fwd_bwd_n"], fl["fwd_bwd_peak_mb"] = flash_time_once(
+            lambda: flash_fwd_bwd(fs, cum, tr, db, lengths, K), lambda: flash_fwd_bwd(fs, cw, trw, dbw, lw, K))
+        rec["flash"] = fl
+        rec["speedup"] = {m: fl[f"{m}_ms"] / ours[f"{m}_ms"] for m in ("forward", "fwd_bwd", "viterbi")}
+        print(f"  flash B{B} T{T} K{K} C{C}: fwd {fl['forward_ms']:.1f} ms, fwd+bwd {fl['fwd_bwd_ms']:.1f} ms, "
+              f"viterbi {fl['viterbi_ms']:.1f} ms, peak {fl.get('fwd_bwd_peak_mb', float('nan')):.1f} MB; "
+              f"speedups fwd {rec['speedup']['forward']:.0f}x fwd+bwd {rec['speedup']['fwd_bwd']:.0f}x "
+              f"viterbi {rec['speedup']['viterbi']:.0f}x", flush=True)
+    del cum, tr, db, lengths
+    torch.cuda.empty_cache()
+    return rec
+
+
+def sweep(fs, with_flash):
+    """Forward and forward+backward time vs T (B=1, K=32, C=8) and vs K (B=8, T=500, C=8)."""
+    out = {"vs_T": [], "vs_K": []}
+    for key, grid in (("vs_T", [(1, T, 32, 8) for T in (500, 2000, 8000)]),
+                      ("vs_K", [(8, 500, K, 8) for K in (8, 32, 128)])):
+        for B, T, K, C in grid:
+            cum, tr, db, lengths = make_inputs(B, T, K, C)
+            r = {"B": B, "T": T, "K": K, "C": C,
+                 "ours_forward_ms": bench_ms(lambda: ours_forward(cum, tr, db, lengths, K)),
+                 "ours_fwd_bwd_ms": bench_ms(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))}
+            if fs is not None and with_flash:
+                cw, trw, dbw, lw = make_inputs(B, min(T, 200), K, C, seed=1)
+                r["flash_forward_ms"], _, _ = flash_time_once(
+                    lambda: flash_forward(fs, cum, tr, db, lengths, K), lambda: flash_forward(fs, cw, trw, dbw, lw, K))
+                r["flash_fwd_bwd_ms"], _, _ = flash_time_once(
+                    lambda: flash_fwd_bwd(fs, cum, tr, db, lengths, K), lambda: flash_fwd_bwd(fs, cw, trw, dbw, lw, K))
+            print(f"  sweep {key} {B, T, K, C}: {r}", flush=True)
+            out[key].append(r)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="gpu_results.json")
+    ap.add_argument("--quick", action="store_true", help="two configurations, flash on the small one")
+    ap.add_argument("--no-flash", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--configs", default=None, help="indices into CONFIGS, comma separated")
+    opts = ap.parse_args()
+    fs = None if opts.no_flash else flash_module()
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "flash_semicrf": None if fs is None else getattr(sys.modules.get("flash_semicrf"), "__version__", "?"),
+           "configs": []}
+    print(res, flush=True)
+    rate = exp_rate()
+    res["exp_per_s"] = rate
+    print(f"exp throughput: {rate / 1e12:.2f} T exp/s", flush=True)
+    if opts.quick:
+        res["configs"].append(run_config(8, 500, 32, 8, fs))
+        res["configs"].append(run_config(64, 1000, 100, 24, fs, with_flash=False))
+        res["configs"].append(run_config(1, 100000, 64, 24, fs, with_flash=False))
+    else:
+        idx = range(len(CONFIGS)) if opts.configs is None else [int(i) for i in opts.configs.split(",")]
+        for i in idx:
+            res["configs"].append(run_config(*CONFIGS[i], fs))
+            with open(opts.out, "w") as f:
+                json.dump(res, f, indent=1)
+    B, T, K, C = FULL_GPU
+    full = run_config(B, T, K, C, fs, with_flash=False)
+    cnt = exp_counts(B, T, K, C)
+    full["exp_floor_ms"] = {k: v / rate * 1e3 for k, v in cnt.items()}
+    full["exp_counts"] = cnt
+    full["ratio_to_floor"] = {"forward": full["ours"]["forward_ms"] / full["exp_floor_ms"]["forward"],
+                              "fwd_bwd": full["ours"]["fwd_bwd_ms"] / full["exp_floor_ms"]["fwd_bwd_min"]}
+    res["full_gpu"] = full
+    print(f"full GPU {FULL_GPU}: floor fwd {full['exp_floor_ms']['forward']:.2f} ms "
+          f"(x{full['ratio_to_floor']['forward']:.1f}), fwd+bwd {full['exp_floor_ms']['fwd_bwd_min']:.2f} ms "
+          f"(x{full['ratio_to_floor']['fwd_bwd']:.1f})", flush=True)
+    if not opts.quick and not opts.no_sweep:
+        res["sweep"] = sweep(fs, not opts.no_flash)
+    with open(opts.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print("\nsummary (ms; ours / flash / ratio)")
+    for r in res["configs"]:
+        o, fl = r["ours"], r.get("flash", {})
+        line = f"B{r['B']:>4} T{r['T']:>6} K{r['K']:>3} C{r['C']:>2} |"
+        for m in ("forward", "fwd_bwd", "viterbi"):
+            if f"{m}_ms" in fl:
+                line += f" {m} {o[m + '_ms']:.2f}/{fl[m + '_ms']:.1f}/{fl[m + '_ms'] / o[m + '_ms']:.0f}x |"
+            else:
+                line += f" {m} {o[m + '_ms']:.2f} |"
+        line += f" peak {o['fwd_bwd_peak_mb']:.0f}/{fl.get('fwd_bwd_peak_mb', math.nan):.0f} MB"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
