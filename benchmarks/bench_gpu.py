@@ -216,6 +216,26 @@ def exp_counts(B, T, K, C):
     return {"forward": B * T * per, "fwd_bwd_min": 2 * B * T * per, "fwd_bwd_ours": 3 * B * T * per}
 
 
+def warps_sweep():
+    """Forward and kernel-pair forward+backward time per num_warps (sequential kernels' latency)."""
+    out = []
+    for B, T, K, C in ((1, 20000, 64, 24), (64, 1000, 100, 24), (1024, 1000, 100, 24), (32, 2000, 50, 4)):
+        cum, tr, db, lengths = make_inputs(B, T, K, C)
+        for w in (1, 2, 4, 8):
+            fwd = bench_ms(lambda: launch_streaming_triton_kernel(cum, tr, db, lengths, K, save_for_backward=False,
+                                                                  num_warps=w))
+            from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+
+            def fb():
+                z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K, num_warps=w)
+                return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr, num_warps=w)
+            r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w, "forward_ms": fwd, "fwd_bwd_kernels_ms": bench_ms(fb),
+                 "viterbi_ms": bench_ms(lambda: launch_streaming_triton_viterbi(cum, tr, db, lengths, K, num_warps=w))}
+            print(f"  warps {r}", flush=True)
+            out.append(r)
+    return out
+
+
 # ---------------------------------------------------------------- main
 def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
     cum, tr, db, lengths = make_inputs(B, T, K, C)
@@ -280,6 +300,7 @@ def main():
     ap.add_argument("--no-flash", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--configs", default=None, help="indices into CONFIGS, comma separated")
+    ap.add_argument("--warps", action="store_true", help="time the kernels at 1, 2, 4 and 8 warps")
     opts = ap.parse_args()
     fs = None if opts.no_flash else flash_module()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -289,6 +310,8 @@ def main():
     rate = exp_rate()
     res["exp_per_s"] = rate
     print(f"exp throughput: {rate / 1e12:.2f} T exp/s", flush=True)
+    if opts.warps:
+        res["warps"] = warps_sweep()
     if opts.quick:
         res["configs"].append(run_config(8, 500, 32, 8, fs))
         res["configs"].append(run_config(64, 1000, 100, 24, fs, with_flash=False))
