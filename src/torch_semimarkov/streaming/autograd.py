@@ -102,9 +102,10 @@ class _StreamingFunction(torch.autograd.Function):
         )
         if _debug():
             _check_finite("forward partition", cls.backend, partition=partition)
+        # keep log Z in full precision for the backward: marginals are exp(... - log Z)
         ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts)
         ctx.K, ctx.interval, ctx.num_warps = K, interval, num_warps
-        return partition
+        return partition.to(cum_scores.dtype)
 
     @classmethod
     def _backward(cls, ctx, grad_output):
@@ -361,4 +362,4 @@ def semi_crf_streaming_marginals(
     position[:, 1:] -= ends64[:, :-1]
     position = position.clamp_(0.0, 1.0).to(p_start.dtype)
     boundary = p_start.sum(-1)
-    return MarginalsResult(log_z, p_start, p_end, position, boundary)
+    return MarginalsResult(log_z.to(p_start.dtype), p_start, p_end, position, boundary)

@@ -35,6 +35,16 @@ RENORM_EVERY = 8
 _BLOCK_ELEMENTS = 1 << 21
 
 
+#: The recurrences run in float64 whatever the input dtype: the CPU loop is bound by per-step
+#: overhead, not arithmetic, so this costs little, and the forward/backward rounding drift that
+#: float32 accumulates over 10^5+ positions (about 1e-4 in the marginals) disappears.
+COMPUTE_DTYPE = torch.float64
+
+
+def _upcast(*tensors):
+    return tuple(None if t is None else t.to(COMPUTE_DTYPE) for t in tensors)
+
+
 def _compute_checkpoint_interval(T: int, K: int) -> int:
     """Default checkpoint spacing: sqrt(T·K) balances checkpoint memory against the interval buffer."""
     return max(K, int(math.sqrt(T * K)), 1)
@@ -46,28 +56,46 @@ def _resolve_interval(T: int, K: int, checkpoint_interval: Optional[int]) -> int
 
 
 class _Terms:
-    """Per-position additive terms shared by the forward and backward recurrences, time-major.
+    """Per-position inputs of the recurrences, time-major, padded so every window is one slice.
 
-    ``w_add[s] = ps[s] - S[s]`` enters every segment *starting* at s; ``a_add[t-1] = S[t] +
-    pe[t-1]`` every segment *ending* at t (last position t-1). Both are (T+1, B, C) with one
-    padding row; ``w_cols``/``a_cols`` are their per-position views (indexing once, not per step).
+    The recurrences never hold a cumulative score on its own: S enters only as a segment's content
+    ``S[s+k] - S[s]``, formed right where it is used. Two float32 values of similar size subtract
+    exactly, so stored values stay O(1) even when |S| grows like sqrt(T), and rounding does not
+    accumulate into the forward/backward messages.
+
+    * ``s`` (T+1+K, B, C): S, padded at the end with S_T (finite; only multiplied by masked terms).
+    * ``s_rev`` (T+1+K, B, C): S reversed in time and padded at the front, so that
+      ``s_rev[T-p : T-p+K]`` is ``S_p, S_{p-1}, ..., S_{p-K+1}``.
+    * ``ps``, ``pe`` (T+1, B, C) or None; ``ps_rev`` like ``s_rev``.
     """
 
-    def __init__(self, cum_scores, proj_start, proj_end):
+    def __init__(self, cum_scores, proj_start, proj_end, K: int):
         B, T1, C = cum_scores.shape
-        T = T1 - 1
+        self.T = T1 - 1
+        self.K = K
         cum = cum_scores.transpose(0, 1)  # (T+1, B, C)
+        self.s = torch.cat([cum, cum[-1:].expand(K, B, C)], 0).contiguous()
+        self.s_rev = torch.cat([cum[:1].expand(K, B, C), cum], 0).flip(0).contiguous()
+        self.s_cols = self.s.unbind(0)
         zero_row = cum.new_zeros(1, B, C)
-        w_add = -cum[:T]
+        self.ps = self.pe = self.ps_rev = None
+        self.ps_cols = self.pe_cols = None
         if proj_start is not None:
-            w_add = w_add + proj_start.transpose(0, 1)
-        a_add = cum[1:]
+            ps = proj_start.transpose(0, 1)
+            self.ps = torch.cat([ps, zero_row], 0).contiguous()
+            self.ps_rev = torch.cat([ps.new_zeros(K, B, C), ps, zero_row], 0).flip(0).contiguous()
+            self.ps_cols = self.ps.unbind(0)
         if proj_end is not None:
-            a_add = a_add + proj_end.transpose(0, 1)
-        self.w_add = torch.cat([w_add, zero_row], 0).contiguous()  # (T+1, B, C)
-        self.a_add = torch.cat([a_add, zero_row], 0).contiguous()  # (T+1, B, C)
-        self.w_cols = self.w_add.unbind(0)
-        self.a_cols = self.a_add.unbind(0)
+            self.pe = torch.cat([proj_end.transpose(0, 1), zero_row], 0).contiguous()
+            self.pe_cols = self.pe.unbind(0)
+
+    def content_back(self, p: int) -> torch.Tensor:
+        """(K, B, C): row i = S_{p+1} - S_{p-i}, the content of a segment of duration i+1 ending at p+1."""
+        return self.s_cols[p + 1] - self.s_rev[self.T - p : self.T - p + self.K]
+
+    def content_ahead(self, p: int) -> torch.Tensor:
+        """(K, B, C): row i = S_{p+1+i} - S_p, the content of a segment of duration i+1 starting at p."""
+        return self.s[p + 1 : p + 1 + self.K] - self.s_cols[p]
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,9 +107,9 @@ class _ForwardScan:
     """The forward recurrence of one batch, one position at a time.
 
     After ``step(p)``, ``alpha`` (B, C) is alpha at position p+1 relative to the float64
-    normaliser ``norm`` (B,). The ring (2K, B, C) holds W (factored) or alpha (direct) in
-    descending position order, twice, so the K most recent rows are the slice ``[r, r+K)``.
-    ``state``/``load`` give the checkpoint at the current position.
+    normaliser ``norm`` (B,). The ring (2K, B, C) holds ``U_s = u_s + ps_s`` (factored) or alpha
+    (direct) in descending position order, twice, so the K most recent rows are the slice
+    ``[r, r+K)`` whose row i is duration i+1. ``state``/``load`` give the checkpoint at a position.
     """
 
     def __init__(self, transition, duration_bias, terms: _Terms, K: int, semiring: str, batch: int):
@@ -101,11 +129,6 @@ class _ForwardScan:
             self.ring[0] = 0.0
             self.ring[K] = 0.0
             self.tr4 = transition[:, None]  # (K, 1, C', C)
-            # w_add reversed in time and padded: start positions p, p-1, ..., p-K+1 form one slice
-            T1 = terms.w_add.shape[0]
-            pad = terms.w_add.new_zeros(K, batch, C)
-            self.w_rev = torch.cat([pad, terms.w_add[: T1 - 1]], 0).flip(0).contiguous()
-            self.T = T1 - 1
 
     def _slot(self, p: int) -> int:
         """Ring slot of position p (descending order)."""
@@ -116,13 +139,15 @@ class _ForwardScan:
 
         Returns the backpointers ``(bp_k, bp_c)`` for the max semiring, else None.
         """
-        K = self.K
+        K, terms = self.K, self.terms
         r = self._slot(p)
         bp = None
+        content = terms.content_back(p)  # (K, B, C): S_{p+1} - S_{p+1-k}
         if self.direct:
             window = self.ring[r : r + K]  # (K, B, C'): row i <-> alpha_{p-i}
-            start = self.T - 1 - p
-            seg = self.db + self.w_rev[start : start + K]  # (K, B, C): D[k-1] + w_add[p+1-k]
+            seg = content + self.db
+            if terms.ps is not None:
+                seg += terms.ps_rev[terms.T - p : terms.T - p + K]
             scores = window.unsqueeze(3) + self.tr4 + seg.unsqueeze(2)  # (K, B, C', C)
             if self.max:
                 Bn, C = scores.shape[1], scores.shape[3]
@@ -136,18 +161,24 @@ class _ForwardScan:
                 u, bp_c = scores.max(dim=1)
             else:
                 u = torch.logsumexp(scores, 1)
-            torch.add(u, self.terms.w_cols[p], out=self.ring[r])
+            if terms.ps is not None:
+                torch.add(u, terms.ps_cols[p], out=self.ring[r])
+            else:
+                self.ring[r].copy_(u)
             self.ring[r + K].copy_(self.ring[r])
-            window = self.ring[r : r + K] + self.db  # (K, B, C): row i <-> W_{p-i} + D[i]
+            window = self.ring[r : r + K] + content
+            window += self.db  # row i <-> U_{p-i} + S_{p+1} - S_{p-i} + D[i]
             if self.max:
                 acc, bp_k = window.max(dim=0)
                 bp = (bp_k, bp_c)
             else:
                 acc = torch.logsumexp(window, 0)
+        if terms.pe is not None:
+            acc = acc + terms.pe_cols[p]
         if out is None:
-            self.alpha = acc + self.terms.a_cols[p]
+            self.alpha = acc
         else:
-            self.alpha = torch.add(acc, self.terms.a_cols[p], out=out)
+            self.alpha = out.copy_(acc)
         if (p + 1) % RENORM_EVERY == 0:
             self._renorm()
         if self.direct:
@@ -213,7 +244,8 @@ def semi_crf_streaming_forward_pytorch(
 
     Returns:
         ``(partition, ring_checkpoints, checkpoint_interval, log_norm_checkpoints)``:
-        partition (B,) in the dtype of cum_scores; ring_checkpoints (B, N, K+1, C) holding, at each
+        partition (B,) float64 (the backward needs log Z to far better than float32's ~1e-3
+        absolute at |log Z| ~ 1e4; cast it for display); ring_checkpoints (B, N, K+1, C) holding, at each
         checkpoint position ``i·interval``, the K ring rows and the alpha row, relative to
         log_norm_checkpoints (B, N) float64.
 
@@ -226,10 +258,11 @@ def semi_crf_streaming_forward_pytorch(
         torch.Size([2])
     """
     B, T1, C = cum_scores.shape
+    cum_scores, transition, duration_bias, proj_start, proj_end = _upcast(cum_scores, transition, duration_bias, proj_start, proj_end)
     lengths = lengths.to(torch.int64)
     t_max = int(lengths.max())
     interval = _resolve_interval(T1 - 1, K, checkpoint_interval)
-    terms = _Terms(cum_scores, proj_start, proj_end)
+    terms = _Terms(cum_scores, proj_start, proj_end, K)
     scan = _ForwardScan(transition, duration_bias, terms, K, semiring, B)
     n_ckpt = t_max // interval + 1
     ring_ckpts = cum_scores.new_empty(B, n_ckpt, K + 1, C)
@@ -246,7 +279,7 @@ def semi_crf_streaming_forward_pytorch(
                 out[idx] = scan.final()[idx]
             if p < t_max:
                 scan.step(p)
-    return out.to(cum_scores.dtype), ring_ckpts, interval, norm_ckpts
+    return out, ring_ckpts, interval, norm_ckpts
 
 
 def _positions_to_batches(lengths: torch.Tensor) -> dict:
@@ -283,9 +316,11 @@ def semi_crf_streaming_viterbi_pytorch(
     """
     B, T1, C = cum_scores.shape
     T = T1 - 1
+    out_dtype = cum_scores.dtype
+    cum_scores, transition, duration_bias, proj_start, proj_end = _upcast(cum_scores, transition, duration_bias, proj_start, proj_end)
     lengths = lengths.to(torch.int64)
     t_max = int(lengths.max())
-    terms = _Terms(cum_scores, proj_start, proj_end)
+    terms = _Terms(cum_scores, proj_start, proj_end, K)
     scan = _ForwardScan(transition, duration_bias, terms, K, "max", B)
     # bp_k[t-1, b, c]: best duration minus one of a segment with label c ending at t;
     # bp_c: its best predecessor label, indexed by the segment's start s (factored) or by t-1 (direct)
@@ -309,7 +344,7 @@ def semi_crf_streaming_viterbi_pytorch(
     bp_k_np = bp_k.transpose(0, 1).cpu().numpy()
     bp_c_np = bp_c.transpose(0, 1).cpu().numpy()
     labels, starts = traceback(bp_k_np, bp_c_np, final_label.cpu().numpy(), lengths.cpu().numpy(), T, scan.direct)
-    return scores.to(cum_scores.dtype), torch.from_numpy(labels).to(device), torch.from_numpy(starts).to(device)
+    return scores.to(out_dtype), torch.from_numpy(labels).to(device), torch.from_numpy(starts).to(device)
 
 
 def traceback(bp_k: np.ndarray, bp_c: np.ndarray, final_label: np.ndarray, lengths: np.ndarray, T: int, direct: bool):
@@ -380,12 +415,16 @@ def semi_crf_streaming_backward_pytorch(
     """
     B, T1, C = cum_scores.shape
     T = T1 - 1
+    out_dtype = cum_scores.dtype
+    cum_scores, transition, duration_bias, proj_start, proj_end, ring_checkpoints = _upcast(
+        cum_scores, transition, duration_bias, proj_start, proj_end, ring_checkpoints
+    )
     device, dtype = cum_scores.device, cum_scores.dtype
     lengths = lengths.to(torch.int64)
     t_max = int(lengths.max())
     interval = checkpoint_interval
     direct = transition.dim() == 3
-    terms = _Terms(cum_scores, proj_start, proj_end)
+    terms = _Terms(cum_scores, proj_start, proj_end, K)
     db = duration_bias[:, None, :]  # (K, 1, C)
     span = t_max + K + 1  # positions 0 .. t_max+K
 
@@ -397,9 +436,11 @@ def semi_crf_streaming_backward_pytorch(
     # beta_t is a real message for t < L; at t = L it is 0 (the message is multiplied by cont)
     cont = starts_ok.to(dtype)
     cont_cols = cont.unsqueeze(2).unbind(0)
-    # x_add[t] = S_t + pe_{t-1} for 1 <= t <= L and NEG_INF past it, so X_t = NEG_INF there
-    x_add = torch.full((span, B, C), NEG_INF, dtype=dtype, device=device)
-    x_add[1 : T + 1] = terms.a_add[:T]
+    # X'_t = pe_{t-1} + beta_t (X of ALGORITHM.md §3 without S_t, which enters as content);
+    # x_add[t] = pe_{t-1} for 1 <= t <= L and NEG_INF past it, so X'_t = NEG_INF there
+    x_add = torch.zeros(span, B, C, dtype=dtype, device=device)
+    if terms.pe is not None:
+        x_add[1 : T + 1] = terms.pe[:T]
     x_add.masked_fill_((pos > lengths[None, :]).unsqueeze(2), NEG_INF)
     x_cols = x_add.unbind(0)
 
@@ -446,12 +487,16 @@ def semi_crf_streaming_backward_pytorch(
                     torch.addcmul(x_cols[t], beta_next, cont_cols[t], out=xw[j])
                 else:
                     xw[j] = NEG_INF
-                window = xw[j : j + K] + db  # row i <-> X_{p+1+i} + D[i]
+                window = xw[j : j + K] + terms.content_ahead(p)
+                window += db  # row i <-> X'_{p+1+i} + S_{p+1+i} - S_p + D[i]
                 if direct:
-                    y = window + terms.w_cols[p]  # (K, B, C)
-                    torch.logsumexp(tr4 + y.unsqueeze(2), (0, 3), out=beta_all[p])
+                    if terms.ps is not None:
+                        window += terms.ps_cols[p]
+                    torch.logsumexp(tr4 + window.unsqueeze(2), (0, 3), out=beta_all[p])
                 else:
-                    v = torch.add(torch.logsumexp(window, 0), terms.w_cols[p], out=v_all[p])
+                    v = torch.logsumexp(window, 0, out=v_all[p])
+                    if terms.ps is not None:
+                        v += terms.ps_cols[p]
                     torch.logsumexp(transition + v.unsqueeze(1), 2, out=beta_all[p])
                 frame_all[p] = frame
                 beta_next = beta_all[p]
@@ -470,23 +515,26 @@ def semi_crf_streaming_backward_pytorch(
             lo = max(t0, 1)
             if lo < t1:
                 p_end_t[lo - 1 : t1 - 1] = pe[lo - t0 :]
-            # X at positions t0+1 .. t1+K-1 with its frame, for the segment terms
+            # X' and the content S_{p+k} - S_p at positions t0+1 .. t1+K-1, for the segment terms
             xs_sl = slice(t0 + 1, t1 + K)
             x_seg = x_add[xs_sl] + beta_all[xs_sl] * cont[xs_sl, :, None]
             f_seg = (frame_all[xs_sl] * cont[xs_sl]).to(dtype)
+            s_seg = terms.s[xs_sl]
+            s_here = terms.s[sl]
+            ps_here = None if terms.ps is None else terms.ps[sl]
             if direct:
                 _direct_interval_terms(
-                    alpha_buf, norm_buf, x_seg, f_seg, terms.w_add[sl], act_mask[sl], log_z,
+                    alpha_buf, norm_buf, x_seg, f_seg, s_seg, s_here, ps_here, act_mask[sl], log_z,
                     transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T,
                 )
             else:
                 a_base = (norm_buf - log_z).to(dtype) + act_mask[sl]  # (n, B)
                 v_base = v_all[sl] + (base + act_mask[sl])[..., None]
                 _factored_interval_terms(
-                    alpha_buf, a_base, v_base, x_seg, f_seg, terms.w_add[sl], transition, duration_bias,
+                    alpha_buf, a_base, v_base, x_seg, f_seg, s_seg, s_here, ps_here, transition, duration_bias,
                     K, p_start_t, g_tr, g_db, t0, T,
                 )
-    return p_start, p_end, g_tr.to(dtype), g_db.to(dtype)
+    return p_start.to(out_dtype), p_end.to(out_dtype), g_tr.to(out_dtype), g_db.to(out_dtype)
 
 
 def _blocks(n: int, per_row: int):
@@ -496,42 +544,54 @@ def _blocks(n: int, per_row: int):
         yield a, min(n, a + step)
 
 
-def _factored_interval_terms(alpha_buf, a_base, v_base, x_seg, f_seg, w_add, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
+def _windows(x: torch.Tensor, a: int, b: int, K: int) -> torch.Tensor:
+    """(b-a, B, C, K) sliding windows: row p of x's rows p+1-a .. p+K-a, as a view."""
+    return x[a : b + K - 1].unfold(0, K, 1)
+
+
+def _content(s_seg, s_here, a, b, K):
+    """(m, B, C, K): S_{p+k} - S_p for positions p in [a, b) of the interval, k = 1..K."""
+    return _windows(s_seg, a, b, K) - s_here[a:b].unsqueeze(3)
+
+
+def _factored_interval_terms(alpha_buf, a_base, v_base, x_seg, f_seg, s_seg, s_here, ps_here, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
     """P_start, P_trans and P_seg of one interval for the factored recurrence.
 
     alpha_buf (n, B, C) with a_base (n, B) = its frame - log Z (+ NEG_INF where no segment may
-    start); v_base (n, B, C) = v + frames - log Z (+ the same mask); x_seg (n+K-1, B, C) and f_seg
-    its frame: X at positions t0+1 .. ; w_add (n, B, C).
+    start); v_base (n, B, C) = v + frames - log Z (+ the same mask); x_seg, f_seg, s_seg: X', its
+    frame and S at positions t0+1 .. t1+K-1; s_here, ps_here: S and ps at the interval's positions.
     """
     n, B, C = alpha_buf.shape
     db_t = duration_bias.t()  # (C, K)
     for a, b in _blocks(n, B * C * max(C, K)):
         alpha = alpha_buf[a:b]
-        # u_p = LSE_c' (alpha_p + Tr), so W_p = u_p + w_add_p
-        u = torch.logsumexp(alpha.unsqueeze(3) + transition, 2)  # (m, B, C)
+        u = torch.logsumexp(alpha.unsqueeze(3) + transition, 2)  # (m, B, C): u_p
         hi = min(t0 + b, T)
         if t0 + a < hi:
             p_start_t[t0 + a : hi] = torch.exp(u + v_base[a:b])[: hi - t0 - a]
         # P_trans(p, c', c) = exp(alpha_p(c') + Tr[c', c] + v_p(c) - log Z)
         e = alpha.unsqueeze(3) + transition + v_base[a:b].unsqueeze(2)  # (m, B, C', C)
         g_tr += torch.exp(e).sum(0, dtype=torch.float64)
-        # P_seg(p, k, c) = exp(W_p(c) + D[k-1, c] + X_{p+k}(c) - log Z)
-        w = u + w_add[a:b] + a_base[a:b, :, None]
-        xs = x_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, C, K): X_{p+1} .. X_{p+K}
-        fs = f_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, K)
-        e = w.unsqueeze(3) + xs + db_t + fs.unsqueeze(2)
+        # P_seg(p, k, c) = exp(U_p(c) + S_{p+k}(c) - S_p(c) + D[k-1, c] + X'_{p+k}(c) - log Z)
+        w = u + a_base[a:b, :, None]
+        if ps_here is not None:
+            w = w + ps_here[a:b]
+        e = _content(s_seg, s_here, a, b, K) + _windows(x_seg, a, b, K)
+        e += (w.unsqueeze(3) + db_t) + _windows(f_seg, a, b, K).unsqueeze(2)
         g_db += torch.exp(e).sum(0, dtype=torch.float64).transpose(1, 2)
 
 
-def _direct_interval_terms(alpha_buf, norm_buf, x_seg, f_seg, w_add, act_mask, log_z, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
+def _direct_interval_terms(alpha_buf, norm_buf, x_seg, f_seg, s_seg, s_here, ps_here, act_mask, log_z, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
     """P_seg(p, k, c', c), and from it P_start and the shared gradients, for (K, C, C) transitions."""
     n, B, C = alpha_buf.shape
     dtype = alpha_buf.dtype
     a_base = (norm_buf - log_z).to(dtype) + act_mask  # (n, B)
     for a, b in _blocks(n, B * K * C * C):
-        xs = x_seg[a : b + K - 1].unfold(0, K, 1).permute(0, 1, 3, 2)  # (m, B, K, C)
-        fs = f_seg[a : b + K - 1].unfold(0, K, 1)  # (m, B, K)
-        y = xs + duration_bias + w_add[a:b, :, None, :] + (fs + a_base[a:b, :, None]).unsqueeze(3)
+        y = _content(s_seg, s_here, a, b, K) + _windows(x_seg, a, b, K)  # (m, B, C, K)
+        y += _windows(f_seg, a, b, K).unsqueeze(2) + a_base[a:b, :, None, None]
+        if ps_here is not None:
+            y += ps_here[a:b].unsqueeze(3)
+        y = y.permute(0, 1, 3, 2) + duration_bias  # (m, B, K, C)
         e = alpha_buf[a:b, :, None, :, None] + transition + y.unsqueeze(3)  # (m, B, K, C', C)
         prob = torch.exp(e)
         g_tr += prob.sum(0, dtype=torch.float64)
