@@ -231,11 +231,25 @@ def semi_crf_streaming_forward(
         return semi_crf_streaming_viterbi(
             cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
         ).scores
+    tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+        return _log_partition_no_grad(inp, use_triton, num_warps, checkpoint_interval)
     fn = _function_for(inp, use_triton)
     return fn.apply(
         inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
         checkpoint_interval, num_warps,
     )
+
+
+def _log_partition_no_grad(inp: StreamingInputs, use_triton: bool, num_warps: int, checkpoint_interval):
+    """log Z without keeping anything for a backward pass."""
+    args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, "log", inp.proj_start, inp.proj_end)
+    with torch.no_grad():
+        if _can_use_triton(inp, use_triton):
+            log_z = _triton_launchers()[0](*args, checkpoint_interval, num_warps, save_for_backward=False)[0]
+        else:
+            log_z = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
+    return log_z.to(inp.cum_scores.dtype)
 
 
 class ViterbiResult(NamedTuple):
