@@ -192,6 +192,34 @@ def ts_distribution(edges):
         return torch_struct.SemiMarkovCRF(edges)
 
 
+def check_best_segments(got, want, want_scores, inputs, unique=None) -> None:
+    """Each got[b] is the best segmentation: equal to want[b] where it is unique, else as good.
+
+    unique: per-sequence flags (e.g. ``BruteForceResult.argmax_unique``); None means unique
+    wherever ties are impossible for random scores, i.e. unless the transition is (C, C) and no
+    projection is given (then durations of consecutive same-label segments can be swapped).
+    """
+    from torch_semimarkov.oracle import segmentation_score
+
+    B = len(want)
+    assert len(got) == B
+    if unique is None:
+        can_tie = inputs["transition"].dim() == 2 and inputs["proj_start"] is None and inputs["proj_end"] is None
+        unique = [not can_tie] * B
+    for b in range(B):
+        if unique[b]:
+            assert got[b] == want[b], f"sequence {b}: best segmentation {got[b]} != oracle {want[b]}"
+        else:
+            sc = segmentation_score(
+                inputs["cum_scores"][b], inputs["transition"], inputs["duration_bias"], got[b],
+                None if inputs["proj_start"] is None else inputs["proj_start"][b],
+                None if inputs["proj_end"] is None else inputs["proj_end"][b],
+            )
+            assert math.isclose(sc, float(want_scores[b]), rel_tol=1e-9, abs_tol=1e-9), (
+                f"sequence {b}: segmentation {got[b]} scores {sc}, best is {float(want_scores[b])}"
+            )
+
+
 def _nan_filled(factory):
     def wrapped(*args, **kwargs):
         t = factory(*args, **kwargs)

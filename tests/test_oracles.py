@@ -16,6 +16,7 @@ from conftest import (
     DIFFERENTIABLE,
     assert_close,
     case_id,
+    check_best_segments,
     grads_of,
     make_inputs,
     random_upstream,
@@ -56,7 +57,7 @@ def test_brute_force_agrees_with_naive_dp(case):
     assert_close(naive_semi_crf(**inp, semiring="max"), bf.max_score, msg="max score")
     scores, segs = naive_semi_crf_viterbi(**inp)
     assert_close(scores, bf.max_score, msg="viterbi score")
-    assert segs == bf.argmax
+    check_best_segments(segs, bf.argmax, bf.max_score, inp, bf.argmax_unique)
     lz, start, end, position, boundary = naive_marginals(**inp)
     assert_close(lz, bf.log_Z, msg="marginals log Z")
     assert_close(start, bf.start, msg="start")
@@ -98,6 +99,16 @@ def test_brute_force_marginals_are_probabilities(case):
                                 None if inp["proj_end"] is None else inp["proj_end"][b])
         assert math.isclose(sc, float(bf.max_score[b]), rel_tol=1e-12, abs_tol=1e-12)
     assert bool((bf.max_score <= bf.log_Z).all())
+
+
+def test_brute_force_flags_tied_best_segmentations():
+    # C = 1, no projections, (C, C) transition: durations (1, 2) and (2, 1) score the same
+    inp = make_inputs(1, 3, 2, 1, seed=2)
+    inp["duration_bias"] = torch.tensor([[0.0], [0.4]], dtype=torch.float64)
+    bf = brute_force(**inp)
+    assert bf.argmax_unique == [False]
+    inp = make_inputs(1, 3, 2, 1, seed=2, proj="end")
+    assert brute_force(**inp).argmax_unique == [True]
 
 
 def test_brute_force_counts_segmentations():

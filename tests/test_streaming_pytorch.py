@@ -18,6 +18,7 @@ from conftest import (
     DIFFERENTIABLE,
     assert_close,
     case_id,
+    check_best_segments,
     grads_of,
     make_inputs,
     random_upstream,
@@ -120,10 +121,10 @@ def test_viterbi_matches_brute_force(brute_case, dtype):
     inp, bf = brute_case
     res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), use_triton=False)
     assert_close(res.scores, bf.max_score, msg="viterbi score")
-    assert res.segments == bf.argmax
+    check_best_segments(res.segments, bf.argmax, bf.max_score, inp, bf.argmax_unique)
     T = inp["cum_scores"].shape[1] - 1
     assert res.labels.dtype == torch.long and tuple(res.labels.shape) == (len(bf.argmax), T)
-    assert torch.equal(res.labels, segments_to_labels(bf.argmax, T))
+    assert torch.equal(res.labels, segments_to_labels(res.segments, T))
 
 
 def test_marginals_match_brute_force(brute_case):
@@ -181,12 +182,14 @@ def test_pytorch_reference_functions_match_brute_force(brute_case):
     scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args, **kw)
     assert_close(scores, bf.max_score, msg="viterbi scores")
     T = inp["cum_scores"].shape[1] - 1
-    assert torch.equal(labels, segments_to_labels(bf.argmax, T))
-    want_starts = torch.zeros(B, T, dtype=torch.bool)
     for b, segs in enumerate(bf.argmax):
+        if not bf.argmax_unique[b]:
+            continue
+        want_starts = torch.zeros(T, dtype=torch.bool)
         for s in segs:
-            want_starts[b, s.start] = True
-    assert torch.equal(starts.bool() & (labels >= 0), want_starts)
+            want_starts[s.start] = True
+        assert torch.equal(labels[b], segments_to_labels([segs], T)[0]), f"labels of sequence {b}"
+        assert torch.equal(starts[b].bool() & (labels[b] >= 0), want_starts), f"seg_starts of sequence {b}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,12 +205,19 @@ NAIVE_CASES = [
     (4, 25, 1, 5, "ragged"),
     (2, 50, 3, 1, [50, 23]),
     (3, 33, 12, 2, [33, 12, 13]),
+    (2, 40, 4, 3, [9, 15]),  # every sequence much shorter than T
 ]
 
 
 def _naive_id(case):
     B, T, K, C, lengths = case
-    return case_id(B, T, K, C, "ragged" if lengths is not None else "full")
+    if lengths is None:
+        kind = "full"
+    elif lengths != "ragged" and max(lengths) < T:
+        kind = "short"
+    else:
+        kind = "ragged"
+    return case_id(B, T, K, C, kind)
 
 
 @pytest.mark.parametrize("proj", ["none", "start", "end", "both"])
@@ -599,7 +609,8 @@ def test_neg_inf_brute_force_small():
     m = semi_crf_streaming_marginals(**inp, use_triton=False)
     assert_close(m.start, bf.start, msg="start")
     assert_close(m.position, bf.position, msg="position")
-    assert semi_crf_streaming_viterbi(**inp, use_triton=False).segments == bf.argmax
+    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    check_best_segments(res.segments, bf.argmax, bf.max_score, inp, bf.argmax_unique)
 
 
 def test_neg_inf_equals_neg_inf_constant():

@@ -53,7 +53,8 @@ class BruteForceResult:
 
     log_Z: torch.Tensor  # (B,) log partition
     max_score: torch.Tensor  # (B,) best segmentation score (max semiring)
-    argmax: List[List[Segment]]  # best segmentation of each sequence
+    argmax: List[List[Segment]]  # a best segmentation of each sequence
+    argmax_unique: List[bool]  # False where another segmentation ties the best within 1e-9
     start: torch.Tensor  # (B, T, C) P(a segment with label c starts at s)
     end: torch.Tensor  # (B, T, C) P(a segment with label c has its last position at e)
     position: torch.Tensor  # (B, T, C) P(y_t = c)
@@ -157,7 +158,7 @@ def brute_force(
     if T > BRUTE_FORCE_MAX_T:
         raise ValueError(f"brute_force enumerates every segmentation; T must be <= {BRUTE_FORCE_MAX_T}, got {T}")
     dev = S.device
-    log_Z, max_score, argmax, counts = [], [], [], []
+    log_Z, max_score, argmax, counts, unique = [], [], [], [], []
     start = torch.zeros(B, T, C, dtype=torch.float64, device=dev)
     end = torch.zeros_like(start)
     position = torch.zeros_like(start)
@@ -175,11 +176,13 @@ def brute_force(
                 i = int(torch.argmax(max_scores))
                 if best is None or float(max_scores[i]) > best[0]:
                     best = (float(max_scores[i]), durations, labels[i].tolist())
-            blocks.append((durations, labels, log_scores))
+            blocks.append((durations, labels, log_scores, max_scores))
         all_scores = torch.cat([blk[2] for blk in blocks])
         lz = torch.logsumexp(all_scores, dim=0)
         log_Z.append(lz)
         max_score.append(best[0])
+        n_best = sum(int((blk[3] >= best[0] - 1e-9).sum()) for blk in blocks)
+        unique.append(n_best == 1)
         counts.append(int(all_scores.numel()))
         segs, s = [], 0
         for k, c in zip(best[1], best[2]):
@@ -187,7 +190,7 @@ def brute_force(
             s += k
         argmax.append(segs)
         with torch.no_grad():
-            for durations, labels, log_scores in blocks:
+            for durations, labels, log_scores, _ in blocks:
                 prob = torch.exp(log_scores.detach() - lz.detach())
                 s = 0
                 for i, k in enumerate(durations):
@@ -201,6 +204,7 @@ def brute_force(
         log_Z=torch.stack(log_Z),
         max_score=torch.tensor(max_score, dtype=torch.float64, device=dev),
         argmax=argmax,
+        argmax_unique=unique,
         start=start,
         end=end,
         position=position,
