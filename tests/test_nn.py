@@ -359,3 +359,21 @@ def test_gold_score_function_docstring_case():
     S[0, 1:, 1] = torch.tensor([1.0, 2.0, 3.0])
     g = gold_score(S, torch.zeros(2, 2), torch.zeros(3, 2), torch.tensor([3]), torch.tensor([[1, 1, 1]]), torch.tensor([[True, False, False]]))
     assert float(g) == pytest.approx(3.0 + math.log(2.0), abs=1e-6)
+
+
+@pytest.mark.parametrize("opt_name", ["plain", "all"])
+def test_enumeration_k_at_least_t_and_length_one(opt_name):
+    torch.manual_seed(10)
+    C, K, H, T = 2, 6, 3, 4
+    head = make_head(OPTION_SETS[opt_name], "poisson", C, K, H)
+    hidden = torch.randn(3, T, H, dtype=torch.float64)
+    lengths = torch.tensor([4, 1, 2])
+    for b in range(3):
+        L = int(lengths[b])
+        segs = list(all_segmentations(L, K, C))
+        if head.allowed_transitions is not None:
+            segs = [s for s in segs if all(bool(head.allowed_transitions[a[2], c[2]]) for a, c in zip(s, s[1:]))]
+        n = len(segs)
+        nll = head.compute_loss(hidden[b : b + 1].expand(n, T, H), lengths[b : b + 1].expand(n), segments=segs, reduction="none")
+        assert bool((nll >= -1e-9).all())
+        assert abs(float(torch.exp(-nll.detach()).sum()) - 1.0) < 1e-8
