@@ -37,9 +37,9 @@ if HAS_TRITON:
         pe_ptr,  # (B, T, C)
         lz_ptr,  # (B,) float64 log Z
         a_ptr,  # (B, T+1, C) alpha_hat (forward)
-        w_ptr,  # (B, T+1, C) W_hat (forward)
+        w_ptr,  # (B, T+1, C) U_hat = u_hat + ps (forward)
         f_ptr,  # (B, T+1) float64 forward frames
-        x_ptr,  # (B, T+1, C) float32 out: X_hat rows
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
         g_ptr,  # (B, T+1) float64 out: backward frames
         pst_ptr,  # (B, T, C) out: P_start(s, c)
         pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
@@ -80,20 +80,21 @@ if HAS_TRITON:
         for i in range(0, L):
             s = L - 1 - i
             t = s + 1
-            # X_t = S_t + pe_{t-1} + beta_t, frame G_t
-            xt = beta + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            # Y_t = pe_{t-1} + beta_t (X_t of ALGORITHM.md §3 minus S_t), frame G_t
+            xt = beta
             if HAS_PE:
                 xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             xt = tl.where(mc, xt, MASK)
             tl.store(x_b + t * C + oc, xt, mask=mc)
             tl.store(g_b + t, G)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
             # P_end(t) = exp(alpha_t + beta_t - log Z)
             ft = tl.load(f_b + t)
             pend = tl.exp(tl.load(a_b + t * C + oc, mask=mc, other=MASK) + beta + (ft + G - lz).to(tl.float32))
             tl.store(pend_b + s * C + oc, pend, mask=mc)
             tl.debug_barrier()
 
-            # lse_s(c) = LSE_k D[k-1, c] + X_{s+k}(c), k <= min(K, L - s), frame G_t
+            # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c), k <= min(K, L - s), frame G_t
             k_lim = tl.minimum(L - s, K)
             run_m = tl.full([C_PAD], MASK, tl.float32)
             run_s = tl.zeros([C_PAD], dtype=tl.float32)
@@ -104,17 +105,18 @@ if HAS_TRITON:
                 xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
                 gk = tl.load(g_b + s + k, mask=vk, other=0.0)
                 dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
-                xk = xv + dbv + (gk - G).to(tl.float32)[:, None]
+                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                xk = xv + dbv + seg + (gk - G).to(tl.float32)[:, None]
                 nm = tl.maximum(run_m, tl.max(xk, 0))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
                 run_m = nm
             lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
-            # P_start(s) = exp(u_s + v_s - log Z) = exp(W_s + lse_s - log Z)
+            # P_start(s) = exp(u_s + v_s - log Z) = exp(U_s + lse_s - log Z)
             fs = tl.load(f_b + s)
             wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
             tl.store(pst_b + s * C + oc, tl.exp(wv + lse + (fs + G - lz).to(tl.float32)), mask=mc)
-            # v_s = ps_s - S_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
-            v = lse - tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            # v_s = ps_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
+            v = lse
             if HAS_PS:
                 v += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             v = tl.where(mc, v, MASK)
@@ -128,14 +130,15 @@ if HAS_TRITON:
 
     @triton.jit
     def _shared_factored_kernel(
+        cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (C, C)
         db_ptr,  # (K, C)
         len_ptr,  # (B,)
         lz_ptr,  # (B,) float64
         a_ptr,  # (B, T+1, C) alpha_hat
-        w_ptr,  # (B, T+1, C) W_hat
+        w_ptr,  # (B, T+1, C) U_hat
         f_ptr,  # (B, T+1) float64
-        x_ptr,  # (B, T+1, C) X_hat
+        x_ptr,  # (B, T+1, C) Y_hat
         g_ptr,  # (B, T+1) float64
         pst_ptr,  # (B, T, C) P_start (from the beta kernel)
         wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk
@@ -144,6 +147,7 @@ if HAS_TRITON:
         K,
         CH,
         NCH,
+        s_cum_b,
         s_a_b,
         s_f_b,
         s_p_b,
@@ -164,6 +168,7 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         g_b = g_ptr + b * s_f_b
         pst_b = pst_ptr + b * s_p_b
+        cum_b = cum_ptr + b * s_cum_b
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
         m2c = mc[:, None] & mc[None, :]
@@ -181,7 +186,7 @@ if HAS_TRITON:
         wtr_b = wtr_ptr + (b * NCH + ch) * C * C
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
-        # P_seg(s, k, c) = exp(W_s(c) + D[k-1, c] + X_{s+k}(c) - log Z)
+        # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z)
         wdb_b = wdb_ptr + (b * NCH + ch) * K * C
         for kb in range(0, K, K_BLOCK):
             k = kb + 1 + ok
@@ -195,7 +200,9 @@ if HAS_TRITON:
                 fs = tl.load(f_b + s)
                 xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
                 gk = tl.load(g_b + s + k, mask=vk, other=0.0)
-                z = xv + dbv + wv[None, :] + (gk + fs - lz).to(tl.float32)[:, None]
+                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                z = xv + dbv + seg + wv[None, :] + (gk + fs - lz).to(tl.float32)[:, None]
                 acc += tl.where(m2, tl.exp(z), 0.0)
             tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
 
@@ -210,7 +217,7 @@ if HAS_TRITON:
         lz_ptr,  # (B,) float64
         a_ptr,  # (B, T+1, C) alpha_hat
         f_ptr,  # (B, T+1) float64
-        x_ptr,  # (B, T+1, C) out: X_hat
+        x_ptr,  # (B, T+1, C) out: Y_hat = pe_{t-1} + beta_hat_t
         g_ptr,  # (B, T+1) float64 out
         pend_ptr,  # (B, T, C) out: P_end
         C,
@@ -243,7 +250,7 @@ if HAS_TRITON:
         for i in range(0, L):
             s = L - 1 - i
             t = s + 1
-            xt = beta + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            xt = beta
             if HAS_PE:
                 xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             xt = tl.where(mc, xt, MASK)
@@ -254,8 +261,9 @@ if HAS_TRITON:
             tl.store(pend_b + s * C + oc, pend, mask=mc)
             tl.debug_barrier()
 
-            # beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) - S_s(c) + D[k-1, c] + X_{s+k}(c)
-            base = -tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            # beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            base = tl.zeros([C_PAD], dtype=tl.float32)
             if HAS_PS:
                 base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             k_lim = tl.minimum(L - s, K)
@@ -264,6 +272,7 @@ if HAS_TRITON:
             for k in range(1, k_lim + 1):
                 xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
                 dk = (tl.load(g_b + s + k) - G).to(tl.float32)
+                dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
                 col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
                 y = trk.to(tl.float32) + col[None, :]
@@ -285,7 +294,7 @@ if HAS_TRITON:
         lz_ptr,  # (B,) float64
         a_ptr,  # (B, T+1, C) alpha_hat
         f_ptr,  # (B, T+1) float64
-        x_ptr,  # (B, T+1, C) X_hat
+        x_ptr,  # (B, T+1, C) Y_hat
         g_ptr,  # (B, T+1) float64
         pst_ptr,  # (B, T, C) out: P_start
         wtr_ptr,  # (B, NCH, K, C, C) float32 out, zero-initialised: P_seg summed over the chunk
@@ -321,13 +330,15 @@ if HAS_TRITON:
         for s in range(s0, s1):
             av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
             fs = tl.load(f_b + s)
-            base = -tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            base = tl.zeros([C_PAD], dtype=tl.float32)
             if HAS_PS:
                 base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             pst = tl.zeros([C_PAD], dtype=tl.float32)
             for k in range(1, tl.minimum(L - s, K) + 1):
                 xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
                 dk = (tl.load(g_b + s + k) + fs - lz).to(tl.float32)
+                dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
                 col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
                 p = tl.where(m2c, tl.exp(av[:, None] + trk.to(tl.float32) + col[None, :]), 0.0)
@@ -420,8 +431,8 @@ def launch_streaming_triton_backward(
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](
-            transition, duration_bias, lengths, lz, alpha_hat, w_hat, frames,
-            x_hat, g, p_start, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1, T * C,
+            cum_scores, transition, duration_bias, lengths, lz, alpha_hat, w_hat, frames,
+            x_hat, g, p_start, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1 * C, T1, T * C,
             C_PAD=c_pad, K_BLOCK=k_block, num_warps=num_warps,
         )
         g_tr = wtr.sum(1, dtype=torch.float64)

@@ -64,9 +64,9 @@ if HAS_TRITON:
         len_ptr,  # (B,) int64 lengths
         ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
         pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
-        w_ptr,  # (B, R, C) float32: W_hat rows, row s % R
+        w_ptr,  # (B, R, C) float32: U_hat = u_hat + ps rows, row s % R
         a_ptr,  # (B, T+1, C) float32: alpha_hat rows (written only if STORE_ALPHA)
-        f_ptr,  # (B, R) float64: frame F_s of row s % R (alpha_hat_s and W_hat_s)
+        f_ptr,  # (B, R) float64: frame F_s of row s % R (alpha_hat_s and U_hat_s)
         bpk_ptr,  # (B, T+1, C) int32: argmax duration at t (IS_MAX)
         bpc_ptr,  # (B, T+1, C) int32: argmax source label of u_s at s (IS_MAX)
         out_ptr,  # (B,) float64: log Z or the best score
@@ -123,7 +123,7 @@ if HAS_TRITON:
                 tl.store(bpc_b + s * C + oc, bc, mask=mc)
             else:
                 u = mx + tl.log(tl.sum(tl.exp(x - mx[None, :]), 0))
-            w = u - tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            w = u
             if HAS_PS:
                 w += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             row_s = s % R
@@ -132,7 +132,9 @@ if HAS_TRITON:
             # the rows just written are read by other threads below
             tl.debug_barrier()
 
-            # alpha_t(c) = S_t + pe_{t-1} + LSE_k (W_{t-k}(c) + D[k-1, c]), frame F_{t-1} = F_s
+            # alpha_t(c) = pe_{t-1} + LSE_k (U_{t-k}(c) + D[k-1, c] + S_t(c) - S_{t-k}(c)), frame F_s;
+            # the segment sum S_t - S_{t-k} is formed first, so |S| never costs float32 precision
+            s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
             k_lim = tl.minimum(t, K)
             run_m = tl.full([C_PAD], MASK, tl.float32)
             if IS_MAX:
@@ -148,7 +150,8 @@ if HAS_TRITON:
                 fr = tl.load(f_b + row, mask=vk, other=0.0)
                 d = (fr - F).to(tl.float32)
                 dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
-                xk = wv + dbv + d[:, None]
+                seg = (s_t[None, :] - tl.load(cum_b + (t - k[:, None]) * C + oc[None, :], mask=m2, other=0.0)).to(tl.float32)
+                xk = wv + dbv + seg + d[:, None]
                 bm = tl.max(xk, 0)
                 if IS_MAX:
                     ba = tl.argmax(xk, 0, tie_break_left=True).to(tl.int32)
@@ -164,7 +167,7 @@ if HAS_TRITON:
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
             else:
                 lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
-            at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            at = lse
             if HAS_PE:
                 at += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             at = tl.where(mc, at, MASK)
@@ -231,6 +234,7 @@ if HAS_TRITON:
         tl.store(f_b, F)
         tl.debug_barrier()
         for t in range(1, L + 1):
+            s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
             k_lim = tl.minimum(t, K)
             run_m = tl.full([C_PAD], MASK, tl.float32)
             if IS_MAX:
@@ -244,7 +248,7 @@ if HAS_TRITON:
                 # shape: (C_PAD src,) alpha_hat_s in the current frame
                 av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
                 base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-                base -= tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+                base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
                 if HAS_PS:
                     base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
@@ -266,7 +270,7 @@ if HAS_TRITON:
                 tl.store(bpc_b + t * C + oc, run_c, mask=mc)
             else:
                 lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
-            at = lse + tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            at = lse
             if HAS_PE:
                 at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
             at = tl.where(mc, at, MASK)
