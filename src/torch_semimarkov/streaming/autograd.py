@@ -374,6 +374,7 @@ def semi_crf_streaming_marginals(
     ends64 = p_end.double().cumsum(1)
     position = starts64.clone()
     position[:, 1:] -= ends64[:, :-1]
-    position = position.clamp_(0.0, 1.0).to(p_start.dtype)
+    past_end = torch.arange(position.shape[1], device=position.device)[None, :] >= inp.lengths[:, None]
+    position = position.clamp_(0.0, 1.0).masked_fill_(past_end[..., None], 0.0).to(p_start.dtype)
     boundary = p_start.sum(-1)
     return MarginalsResult(log_z.to(p_start.dtype), p_start, p_end, position, boundary)

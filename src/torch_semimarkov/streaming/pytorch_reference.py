@@ -440,7 +440,8 @@ def semi_crf_streaming_backward_pytorch(
     # x_add[t] = pe_{t-1} for 1 <= t <= L and NEG_INF past it, so X'_t = NEG_INF there
     x_add = torch.zeros(span, B, C, dtype=dtype, device=device)
     if terms.pe is not None:
-        x_add[1 : T + 1] = terms.pe[:T]
+        n_pe = min(T, span - 1)
+        x_add[1 : n_pe + 1] = terms.pe[:n_pe]
     x_add.masked_fill_((pos > lengths[None, :]).unsqueeze(2), NEG_INF)
     x_cols = x_add.unbind(0)
 

@@ -99,6 +99,17 @@ def validate_streaming_inputs(
     if K < 1:
         raise ValueError(f"K (maximum segment duration) must be >= 1, got {K}")
 
+    # devices first: the value checks below read the tensors, which fails on the meta device
+    for name, t in (("cum_scores", cum_scores), ("transition", transition), ("duration_bias", duration_bias),
+                    ("lengths", lengths), ("proj_start", proj_start), ("proj_end", proj_end)):
+        if not isinstance(t, torch.Tensor):
+            continue
+        if name != "cum_scores" and isinstance(cum_scores, torch.Tensor) and t.device != cum_scores.device:
+            raise ValueError(
+                f"all tensors must be on one device: cum_scores is on {cum_scores.device} but {name} is on {t.device}"
+            )
+    if isinstance(cum_scores, torch.Tensor) and cum_scores.device.type == "meta":
+        raise ValueError("cum_scores is on the meta device; the streaming semi-CRF needs real tensors")
     _check_float_tensor("cum_scores", cum_scores)
     if cum_scores.dim() != 3:
         raise ValueError(
@@ -151,19 +162,6 @@ def validate_streaming_inputs(
         _check_float_tensor(name, p)
         if tuple(p.shape) != (B, T, C):
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
-
-    tensors = {"cum_scores": cum_scores, "transition": transition, "duration_bias": duration_bias}
-    if isinstance(lengths, torch.Tensor):
-        tensors["lengths"] = lengths
-    if proj_start is not None:
-        tensors["proj_start"] = proj_start
-    if proj_end is not None:
-        tensors["proj_end"] = proj_end
-    for name, t in tensors.items():
-        if t.device != device:
-            raise ValueError(
-                f"all tensors must be on one device: cum_scores is on {device} but {name} is on {t.device}"
-            )
 
     if checkpoint_interval is not None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
