@@ -5,6 +5,7 @@ gradients, Viterbi segmentations and posterior marginals in O(K·C) forward memo
 PyTorch and on NVIDIA GPUs with Triton kernels.
 """
 
+from .nn import SemiMarkovCRFHead
 from .streaming import (
     NEG_INF,
     MarginalsResult,
@@ -24,6 +25,7 @@ __all__ = [
     "NEG_INF",
     "MarginalsResult",
     "Segment",
+    "SemiMarkovCRFHead",
     "ViterbiResult",
     "labels_to_segments",
     "segments_to_labels",
@@ -33,9 +35,3 @@ __all__ = [
     "triton_available",
 ]
 
-try:  # the head needs only torch; imported lazily-safe so a partial checkout still imports
-    from .nn import SemiMarkovCRFHead  # noqa: F401
-
-    __all__.append("SemiMarkovCRFHead")
-except ImportError:  # pragma: no cover
-    pass
