@@ -1,0 +1,24 @@
+"""The runnable examples in the public API's docstrings run and print what they say."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "torch_semimarkov.streaming.autograd",
+    "torch_semimarkov.streaming.pytorch_reference",
+    "torch_semimarkov.streaming.segments",
+    "torch_semimarkov.nn",
+    "torch_semimarkov.durations",
+    "torch_semimarkov.data",
+    "torch_semimarkov.metrics",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.attempted > 0, f"{name} has no docstring examples"
+    assert result.failed == 0, f"{result.failed} of {result.attempted} doctest examples failed in {name}"
