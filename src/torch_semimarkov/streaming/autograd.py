@@ -203,7 +203,8 @@ def semi_crf_streaming_forward(
         duration_bias: (K, C), row ``k-1`` is the bias of a duration-k segment.
         lengths: (B,) integer lengths in [1, T].
         K: maximum segment duration (any K >= 1; K = 1 is a linear-chain CRF).
-        semiring: ``"log"`` for log Z (differentiable) or ``"max"`` for the Viterbi score.
+        semiring: ``"log"`` for log Z or ``"max"`` for the Viterbi score; both are differentiable
+            (the gradient of the max is the indicator of the best segmentation).
         proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
             its last position) at a position.
         use_triton: use the Triton kernels when the tensors are on CUDA.
@@ -228,9 +229,10 @@ def semi_crf_streaming_forward(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
     )
     if semiring == "max":
-        return semi_crf_streaming_viterbi(
-            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
-        ).scores
+        return _ViterbiScore.apply(
+            inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
+            use_triton, num_warps,
+        )
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
         return _log_partition_no_grad(inp, use_triton, num_warps, checkpoint_interval)
@@ -250,6 +252,71 @@ def _log_partition_no_grad(inp: StreamingInputs, use_triton: bool, num_warps: in
         else:
             log_z = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
     return log_z.to(inp.cum_scores.dtype)
+
+
+class _ViterbiScore(torch.autograd.Function):
+    """The best segmentation's score; its gradient is the indicator of that segmentation.
+
+    d score / d input counts how often each score term enters the best path (ALGORITHM.md §1):
+    +1 at ``cum_scores[end, c]``, -1 at ``cum_scores[start, c]``, +1 at ``duration_bias[k-1, c]``,
+    ``proj_start[start, c]`` and ``proj_end[end-1, c]``, and +1 at the transition taken into each
+    segment (for the first one, the best phantom predecessor, smallest index on ties).
+    """
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps):
+        inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+        result = semi_crf_streaming_viterbi(
+            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
+        )
+        ctx.save_for_backward(cum_scores, transition, lengths, result.labels)
+        ctx.segments, ctx.K = result.segments, K
+        return result.scores
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        cum_scores, transition, lengths, labels = ctx.saved_tensors
+        B, T1, C = cum_scores.shape
+        K, dtype, device = ctx.K, cum_scores.dtype, cum_scores.device
+        rows = [(b, s, e, c) for b, segs in enumerate(ctx.segments) for s, e, c in segs]
+        b_idx, s_idx, e_idx, c_idx = (torch.tensor(x, device=device) for x in zip(*rows))
+        weight = grad_output.to(dtype)[b_idx]
+        p_start = torch.zeros(B, T1 - 1, C, dtype=dtype, device=device)
+        p_end = torch.zeros_like(p_start)
+        p_start.index_put_((b_idx, s_idx, c_idx), weight, accumulate=True)
+        p_end.index_put_((b_idx, e_idx - 1, c_idx), weight, accumulate=True)
+        k_idx = e_idx - s_idx - 1
+        grad_db = torch.zeros(K, C, dtype=dtype, device=device)
+        grad_db.index_put_((k_idx, c_idx), weight, accumulate=True)
+        first = s_idx == 0
+        prev = labels[b_idx, (s_idx - 1).clamp(min=0)]
+        if transition.dim() == 3:
+            phantom = transition.argmax(dim=1)[k_idx, c_idx]  # (n_seg,): best c' for (k, c)
+        else:
+            phantom = transition.argmax(dim=0)[c_idx]
+        prev = torch.where(first, phantom, prev)
+        grad_tr = torch.zeros_like(transition)
+        if transition.dim() == 3:
+            grad_tr.index_put_((k_idx, prev, c_idx), weight, accumulate=True)
+        else:
+            grad_tr.index_put_((prev, c_idx), weight, accumulate=True)
+        grad_cum = None
+        if ctx.needs_input_grad[0]:
+            grad_cum = torch.zeros_like(cum_scores)
+            grad_cum[:, 1:] += p_end
+            grad_cum[:, :-1] -= p_start
+        need = ctx.needs_input_grad
+        return (
+            grad_cum,
+            grad_tr if need[1] else None,
+            grad_db if need[2] else None,
+            None,
+            None,
+            p_start if need[5] else None,
+            p_end if need[6] else None,
+            None,
+            None,
+        )
 
 
 class ViterbiResult(NamedTuple):
