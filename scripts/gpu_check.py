@@ -137,6 +137,7 @@ def run_gpu(inp, dev, dtype=torch.float32, viterbi=False):
 
 
 def compare(ck, name, got, exp, inp, tol_rel=1e-6, tol_marg=2e-5, tol_par=2e-4):
+    """Marginals: max abs error; parameter gradients: max abs error over max(1, max |ref|)."""
     ck.check(f"{name} logZ", rel_err(got["log_z"], exp["log_z"]) < tol_rel,
              f"rel {rel_err(got['log_z'], exp['log_z']):.2e}")
     names = ("P_start", "P_end", "grad_transition", "grad_duration_bias")
@@ -241,7 +242,8 @@ def main():
     got = run_gpu(inp, dev)
     t_gpu = time.time() - t1
     exp = jobs["T1e5"].result()
-    compare(ck, "T=1e5 K=64 C=8", got, exp, inp)
+    # float32 recurrences accumulate rounding over 1e5 steps: looser marginal tolerances
+    compare(ck, "T=1e5 K=64 C=8", got, exp, inp, tol_marg=3e-4, tol_par=1e-3)
     print(f"  T=1e5: GPU fwd+bwd {t_gpu:.2f}s (incl. compile), float64 CPU reference {exp['t_total']:.1f}s")
 
     if not opts.skip_1e6:

@@ -53,6 +53,13 @@ IDS = [case_id(B, T, K, C, "ragged" if lens else "", proj if proj != "none" else
        for B, T, K, C, lens, proj, kcc in CASES]
 
 
+@pytest.fixture(params=["register-ring", "memory-ring"])
+def ring(request, monkeypatch):
+    """Run a test with the register-ring kernels (small K·C) and with the memory-ring ones (large)."""
+    monkeypatch.setattr(tf, "FORCE_MEMORY_RING", request.param == "memory-ring")
+    return request.param
+
+
 def _inputs(case, dtype=torch.float32, seed=0, **kw):
     B, T, K, C, lens, proj, kcc = case
     return make_inputs(B, T, K, C, dtype=dtype, seed=seed, lengths=lens, proj=proj,
@@ -95,7 +102,7 @@ def _oracle_param_grads(inp):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("semiring", ["log", "max"])
-def test_forward_matches_oracle(case, semiring):
+def test_forward_matches_oracle(case, semiring, ring):
     inp = _inputs(case, seed=1)
     _, (z, state, _, _) = _run_forward(inp, semiring)
     assert z.dtype == torch.float32
@@ -110,7 +117,7 @@ def test_forward_float64_inputs_return_float64():
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_backward_matches_oracle(case):
+def test_backward_matches_oracle(case, ring):
     inp = _inputs(case, seed=2)
     z, (p_start, p_end, g_tr, g_db) = _run_backward(inp)
     log_z, start, end, _, _ = naive_marginals(**inp)
@@ -122,7 +129,7 @@ def test_backward_matches_oracle(case):
     assert_close(g_db, ref_db, atol=1e-5, rtol=1e-5, msg="duration_bias")
 
 
-def test_backward_matches_streaming_reference():
+def test_backward_matches_streaming_reference(ring):
     ref = pytest.importorskip("torch_semimarkov.streaming.pytorch_reference")
     inp = _inputs(CASES[6], dtype=torch.float64, seed=4)
     v = validate_streaming_inputs(**inp)
@@ -138,7 +145,7 @@ def test_backward_matches_streaming_reference():
         assert_close(a, e, atol=2e-6, rtol=1e-5, msg=name)
 
 
-def test_forbidden_transitions_and_long_sequence_stay_finite():
+def test_forbidden_transitions_and_long_sequence_stay_finite(ring):
     """-inf transitions (clamped to NEG_INF) and large scores over many steps: no NaN, right values."""
     inp = make_inputs(2, 150, 6, 4, dtype=torch.float32, seed=5, lengths=[150, 97], scale=4.0)
     tr = inp["transition"].clone()
@@ -157,7 +164,7 @@ def test_forbidden_transitions_and_long_sequence_stay_finite():
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_viterbi_matches_oracle(case):
+def test_viterbi_matches_oracle(case, ring):
     inp = _inputs(case, seed=3)
     v = validate_streaming_inputs(**inp, semiring="max")
     scores, labels, starts = tf.launch_streaming_triton_viterbi(

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .triton_forward import HAS_TRITON, _tile_sizes
+from .triton_forward import HAS_TRITON, REBASE, _next_pow2, _tile_sizes, _use_register_ring
 
 if HAS_TRITON:
     import triton
@@ -127,6 +127,137 @@ if HAS_TRITON:
             m = tl.max(bs, 0)
             beta = tl.where(mc, bs - m, MASK)
             G = G + m.to(tl.float64)
+
+    @triton.jit
+    def _beta_factored_reg_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        lz_ptr,  # (B,) float64 log Z
+        a_ptr,  # (B, T+1, C) alpha_hat (forward)
+        w_ptr,  # (B, T+1, C) U_hat = u_hat + ps (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
+        g_ptr,  # (B, T+1) float64 out: backward frames
+        pst_ptr,  # (B, T, C) out: P_start(s, c)
+        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        REBASE: tl.constexpr,
+    ):
+        """The beta recurrence with its ring of Y rows in registers (mirror of the forward).
+
+        Slot j holds position p = j (mod K_PAD) as ``Y_p + (S_p - S_ref)`` in frame ``rfr``; at
+        step s its duration is ``((j - s - 1) mod K_PAD) + 1``. Rows read from memory (S, ps, pe,
+        and the forward's alpha_hat / U_hat for the marginals) are loaded one step ahead.
+        """
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        lz = tl.load(lz_ptr + b)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        w_b = w_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
+        # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
+        tr = tl.load(
+            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        beta = tl.where(mc, 0.0, MASK)
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
+        rfr = tl.zeros([K_PAD], dtype=tl.float64)
+        s_ref = tl.load(cum_b + L * C + oc, mask=mc, other=0.0).to(tl.float32)
+        s_next = s_ref
+        # rows of step s = L - 1, loaded ahead
+        s0 = L - 1
+        n_s = tl.load(cum_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        n_ps = tl.zeros([C_PAD], dtype=tl.float32)
+        n_pe = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            n_ps = tl.load(ps_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_PE:
+            n_pe = tl.load(pe_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        n_a = tl.load(a_b + L * C + oc, mask=mc, other=MASK)
+        n_ft = tl.load(f_b + L)
+        n_w = tl.load(w_b + s0 * C + oc, mask=mc, other=MASK)
+        n_fs = tl.load(f_b + s0)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            s_s = n_s
+            ps_s = n_ps
+            pe_s = n_pe
+            a_t = n_a
+            f_t = n_ft
+            w_s = n_w
+            f_s = n_fs
+            sn = tl.maximum(s - 1, 0)
+            n_s = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                n_ps = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                n_pe = tl.load(pe_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            n_a = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            n_ft = f_s
+            n_w = tl.load(w_b + sn * C + oc, mask=mc, other=MASK)
+            n_fs = tl.load(f_b + sn)
+            kj = ((oj - t) & (K_PAD - 1)) + 1
+            vj = kj <= tl.minimum(L - s, K)
+            drot = tl.load(
+                db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
+            ).to(tl.float32)
+
+            # Y_t = pe_{t-1} + beta_t, frame G_t; P_end(t) = exp(alpha_t + beta_t - log Z)
+            y = tl.where(mc, beta + pe_s, MASK)
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t, G)
+            tl.store(pend_b + s * C + oc, tl.exp(a_t + beta + (f_t + G - lz).to(tl.float32)), mask=mc)
+            slot = t & (K_PAD - 1)
+            ring = tl.where(oj[:, None] == slot, (y + (s_next - s_ref))[None, :], ring)
+            rfr = tl.where(oj == slot, G, rfr)
+
+            # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
+            xk = ring + drot + (rfr - G).to(tl.float32)[:, None]
+            m = tl.max(xk, 0)
+            lse = m + tl.log(tl.where(mc, tl.sum(tl.exp(xk - m[None, :]), 0), 1.0)) - (s_s - s_ref)
+            # P_start(s) = exp(U_s + lse_s - log Z)
+            tl.store(pst_b + s * C + oc, tl.exp(w_s + lse + (f_s + G - lz).to(tl.float32)), mask=mc)
+            # v_s = ps_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
+            v = lse
+            if HAS_PS:
+                v += ps_s
+            v = tl.where(mc, v, MASK)
+            yb = tr + v[None, :]
+            my = tl.max(yb, 1)
+            bs = tl.where(mc, my + tl.log(tl.sum(tl.exp(yb - my[:, None]), 1)), MASK)
+            mb = tl.max(bs, 0)
+            beta = tl.where(mc, bs - mb, MASK)
+            G = G + mb.to(tl.float64)
+            s_next = s_s
+            if i % REBASE == REBASE - 1:
+                ring -= (s_s - s_ref)[None, :]
+                s_ref = s_s
 
     @triton.jit
     def _shared_factored_kernel(
@@ -421,13 +552,21 @@ def launch_streaming_triton_backward(
     pe = proj_end if proj_end is not None else cum_scores
     ch, nch = _chunking(B, T)
     dur_tr = transition.dim() == 3
-    if not dur_tr:
+    if not dur_tr and _use_register_ring(C, K_eff, num_warps):
+        _beta_factored_reg_kernel[(B,)](
+            cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat, w_hat,
+            frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
+            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), HAS_PS=proj_start is not None,
+            HAS_PE=proj_end is not None, REBASE=REBASE, num_warps=num_warps,
+        )
+    elif not dur_tr:
         _beta_factored_kernel[(B,)](
             cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat, w_hat,
             frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
             C_PAD=c_pad, K_BLOCK=k_block, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, num_warps=num_warps,
         )
+    if not dur_tr:
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](

@@ -43,6 +43,24 @@ except ImportError:  # pragma: no cover - exercised only without triton
 _MASK = -1e30
 
 
+#: Move the reference of the segment sums in the register ring every this many steps.
+REBASE = 4
+
+#: Largest (K_PAD x C_PAD) ring held in registers, per warp count.
+_REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 8192}
+
+
+#: Tests set this to exercise the memory-ring kernels at small sizes.
+FORCE_MEMORY_RING = False
+
+
+def _use_register_ring(C: int, K_eff: int, num_warps: int) -> bool:
+    if FORCE_MEMORY_RING:
+        return False
+    c_pad = max(4, _next_pow2(C))
+    return max(2, _next_pow2(K_eff)) * c_pad <= _REG_RING_ELEMENTS.get(num_warps, 4096)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -178,6 +196,149 @@ if HAS_TRITON:
                 tl.store(a_b + t * C + oc, alpha, mask=mc)
 
         tl.store(f_b + L % R, F)
+        am = tl.max(alpha, 0)
+        if IS_MAX:
+            tl.store(out_ptr + b, F + am.to(tl.float64))
+            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+        else:
+            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            tl.store(out_ptr + b, F + lz.to(tl.float64))
+
+    @triton.jit
+    def _fwd_factored_reg_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (C, C) transition [c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) int64 lengths
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        w_ptr,  # (B, T+1, C) float32 out: U_hat = u_hat + ps rows (STORE)
+        a_ptr,  # (B, T+1, C) float32 out: alpha_hat rows (STORE)
+        f_ptr,  # (B, T+1) float64 out: frames F_t (STORE)
+        bpk_ptr,  # (B, T+1, C) int32: argmax duration at t (IS_MAX)
+        bpc_ptr,  # (B, T+1, C) int32: argmax source label of u_s at s (IS_MAX)
+        out_ptr,  # (B,) float64: log Z or the best score
+        last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_w_b,
+        s_f_b,
+        s_bp_b,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        IS_MAX: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        STORE: tl.constexpr,
+        REBASE: tl.constexpr,
+    ):
+        """Factored forward with the ring of K_PAD rows held in registers.
+
+        Slot j of the (K_PAD, C_PAD) ring holds position s = j (mod K_PAD) as
+        ``U_s - (S_s - S_ref)`` in its own frame (``rfr``, float64); the duration of slot j at step
+        t is ``((t - 1 - j) mod K_PAD) + 1``, so the duration bias is gathered rotated (L1
+        resident). ``S_ref`` is moved to the newest S every REBASE steps (one add over the ring),
+        which keeps every ring value small. All per-position rows are loaded one step ahead, so no
+        memory access sits on the recurrence's critical path.
+        """
+        MASK: tl.constexpr = -1e30
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b).to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        w_b = w_ptr + b * s_w_b
+        a_b = a_ptr + b * s_w_b
+        f_b = f_ptr + b * s_f_b
+        bpk_b = bpk_ptr + b * s_bp_b
+        bpc_b = bpc_ptr + b * s_bp_b
+
+        # shape: (C_PAD dst, C_PAD src): the reduction over sources runs along the fast axis
+        trT = tl.load(
+            tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        alpha = tl.where(mc, 0.0, MASK)
+        F = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        if STORE:
+            tl.store(a_b + oc, alpha, mask=mc)
+        ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
+        rfr = tl.zeros([K_PAD], dtype=tl.float64)
+        s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
+        s_prev = s_ref
+        nxt_s = tl.load(cum_b + C + oc, mask=mc, other=0.0).to(tl.float32)
+        nxt_ps = tl.zeros([C_PAD], dtype=tl.float32)
+        nxt_pe = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            nxt_ps = tl.load(ps_b + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_PE:
+            nxt_pe = tl.load(pe_b + oc, mask=mc, other=0.0).to(tl.float32)
+        k_max = tl.minimum(K, L)
+        for t in range(1, L + 1):
+            s = t - 1
+            s_t = nxt_s
+            ps_s = nxt_ps
+            pe_s = nxt_pe
+            t_n = tl.minimum(t + 1, L)
+            nxt_s = tl.load(cum_b + t_n * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                nxt_ps = tl.load(ps_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                nxt_pe = tl.load(pe_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            kj = ((s - oj) & (K_PAD - 1)) + 1
+            vj = kj <= tl.minimum(k_max, t)
+            drot = tl.load(
+                db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
+            ).to(tl.float32)
+
+            # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c]
+            x = trT + alpha[None, :]
+            mx = tl.max(x, 1)
+            if IS_MAX:
+                u = mx
+                bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
+                tl.store(bpc_b + s * C + oc, bc, mask=mc)
+            else:
+                u = mx + tl.log(tl.sum(tl.exp(x - mx[:, None]), 1))
+            if HAS_PS:
+                u += ps_s
+            if STORE:
+                tl.store(w_b + s * C + oc, u, mask=mc)
+                tl.store(f_b + s, F)
+            slot = s & (K_PAD - 1)
+            ring = tl.where(oj[:, None] == slot, (u - (s_prev - s_ref))[None, :], ring)
+            rfr = tl.where(oj == slot, F, rfr)
+
+            # alpha_t(c) = pe_{t-1} + (S_t - S_ref) + LSE_k ring(t-k) + D[k-1]
+            xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
+            m = tl.max(xk, 0)
+            if IS_MAX:
+                # ties go to the smallest duration, not to the smallest slot
+                kb = tl.min(tl.where(xk == m[None, :], kj[:, None], K_PAD + 1), 0)
+                tl.store(bpk_b + t * C + oc, kb, mask=mc)
+                lse = m
+            else:
+                lse = m + tl.log(tl.where(mc, tl.sum(tl.exp(xk - m[None, :]), 0), 1.0))
+            at = lse + (s_t - s_ref)
+            if HAS_PE:
+                at += pe_s
+            at = tl.where(mc, at, MASK)
+            mm = tl.max(at, 0)
+            alpha = tl.where(mc, at - mm, MASK)
+            F = F + mm.to(tl.float64)
+            if STORE:
+                tl.store(a_b + t * C + oc, alpha, mask=mc)
+            s_prev = s_t
+            if t % REBASE == 0:
+                ring += (s_t - s_ref)[None, :]
+                s_ref = s_t
+
+        if STORE:
+            tl.store(f_b + L, F)
         am = tl.max(alpha, 0)
         if IS_MAX:
             tl.store(out_ptr + b, F + am.to(tl.float64))
@@ -373,6 +534,16 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
             out, last, C, K_eff, R, T1 * C, s_p_b, R * C, R, (T + 1) * C,
             C_PAD=c_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, num_warps=num_warps,
+        )
+    elif _use_register_ring(C, K_eff, num_warps):
+        dummy = torch.empty((1,), device=dev, dtype=torch.float32)
+        f_out = frames if full else torch.empty((1,), device=dev, dtype=torch.float64)
+        _fwd_factored_reg_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe,
+            saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, bpc, out, last,
+            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C,
+            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=is_max, HAS_PS=proj_start is not None,
+            HAS_PE=proj_end is not None, STORE=full, REBASE=REBASE, num_warps=num_warps,
         )
     else:
         w_hat = saved[1] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
