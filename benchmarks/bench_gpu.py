@@ -217,22 +217,30 @@ def exp_counts(B, T, K, C):
 
 
 def warps_sweep():
-    """Forward and kernel-pair forward+backward time per num_warps (sequential kernels' latency)."""
-    out = []
-    for B, T, K, C in ((1, 20000, 64, 24), (64, 1000, 100, 24), (1024, 1000, 100, 24), (32, 2000, 50, 4)):
-        cum, tr, db, lengths = make_inputs(B, T, K, C)
-        for w in (1, 2, 4, 8):
-            fwd = bench_ms(lambda: launch_streaming_triton_kernel(cum, tr, db, lengths, K, save_for_backward=False,
-                                                                  num_warps=w))
-            from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    """Kernel times per num_warps and per ring variant (register / memory ring)."""
+    from torch_semimarkov.streaming import triton_forward as tf
+    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
 
-            def fb():
-                z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K, num_warps=w)
-                return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr, num_warps=w)
-            r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w, "forward_ms": fwd, "fwd_bwd_kernels_ms": bench_ms(fb),
-                 "viterbi_ms": bench_ms(lambda: launch_streaming_triton_viterbi(cum, tr, db, lengths, K, num_warps=w))}
-            print(f"  warps {r}", flush=True)
-            out.append(r)
+    out = []
+    grid = [((1, 20000, 64, 24), (2, 4, 8)), ((64, 1000, 100, 24), (2, 4, 8)), ((1024, 1000, 100, 24), (2, 4, 8)),
+            ((32, 2000, 50, 4), (1, 2, 4)), ((8, 500, 32, 8), (1, 2, 4)), ((32, 1000, 500, 24), (4, 8, 16))]
+    for (B, T, K, C), warps in grid:
+        cum, tr, db, lengths = make_inputs(B, T, K, C)
+        for force in (False, True):
+            tf.FORCE_MEMORY_RING = force
+            for w in warps:
+                def fb():
+                    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K, num_warps=w)
+                    return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr, num_warps=w)
+                r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w,
+                     "ring": "memory" if force else ("register" if tf._use_register_ring(C, K, w) else "memory"),
+                     "forward_ms": bench_ms(lambda: launch_streaming_triton_kernel(
+                         cum, tr, db, lengths, K, save_for_backward=False, num_warps=w)),
+                     "fwd_bwd_kernels_ms": bench_ms(fb),
+                     "viterbi_ms": bench_ms(lambda: launch_streaming_triton_viterbi(cum, tr, db, lengths, K, num_warps=w))}
+                print(f"  warps {r}", flush=True)
+                out.append(r)
+        tf.FORCE_MEMORY_RING = False
     return out
 
 

@@ -47,7 +47,7 @@ _MASK = -1e30
 REBASE = 4
 
 #: Largest (K_PAD x C_PAD) ring held in registers, per warp count.
-_REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 8192}
+_REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 
 
 #: Tests set this to exercise the memory-ring kernels at small sizes.
