@@ -826,3 +826,123 @@ def test_integer_lengths_of_any_int_dtype_and_lists_are_accepted():
     want = fwd(inp)
     for lengths in (torch.tensor([5, 3], dtype=torch.int32), torch.tensor([5, 3], dtype=torch.int16), [5, 3]):
         assert torch.equal(fwd(dict(inp, lengths=lengths)), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# More edge cases: ties, long sequences, layouts, dtypes, impossible sequences, max gradients
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_all_ties_break_toward_the_smallest_index(dt):
+    # every segmentation scores 0: smallest final label, smallest duration, smallest predecessor
+    inp = make_inputs(2, 9, 4, 3, lengths=[9, 4], duration_transitions=dt, seed=1)
+    inp = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+           for k, v in inp.items()}
+    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    for b, L in enumerate((9, 4)):
+        assert res.segments[b] == [(i, i + 1, 0) for i in range(L)]
+    assert_close(res.scores, torch.zeros(2, dtype=F64), msg="score")
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_long_sequence_float64_matches_naive_dp(dt):
+    # many checkpoint intervals and renormalisations
+    inp = make_inputs(2, 260, 6, 3, lengths=[260, 197], duration_transitions=dt, proj="both", seed=101, scale=2.0)
+    up = random_upstream(2, seed=12)
+    a, b = with_grad(inp), with_grad(inp)
+    out, want = fwd(a), naive_semi_crf(**b)
+    assert_close(out, want, msg="log Z")
+    got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
+    for name in want_g:
+        assert_close(got_g[name], want_g[name], atol=1e-8, rtol=1e-8, msg=f"d logZ / d {name}")
+    scores, segs = naive_semi_crf_viterbi(**inp)
+    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    assert_close(res.scores, scores, msg="viterbi")
+    assert res.segments == segs
+
+
+def test_non_contiguous_inputs():
+    inp = make_inputs(3, 20, 5, 4, lengths=[20, 11, 3], proj="both", seed=102)
+    want = fwd(inp)
+    nc = dict(inp)
+    nc["cum_scores"] = inp["cum_scores"].transpose(1, 2).contiguous().transpose(1, 2)
+    nc["transition"] = inp["transition"].t().contiguous().t()
+    nc["duration_bias"] = inp["duration_bias"].t().contiguous().t()
+    nc["proj_start"] = inp["proj_start"].permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    nc["proj_end"] = torch.stack([inp["proj_end"], inp["proj_end"]], dim=-1)[..., 0]
+    assert not nc["cum_scores"].is_contiguous() and not nc["transition"].is_contiguous()
+    assert not nc["proj_start"].is_contiguous() and not nc["proj_end"].is_contiguous()
+    assert_close(fwd(nc), want, msg="log Z")
+    up = random_upstream(3)
+    a, b = with_grad(inp), with_grad(nc)
+    ga, gb = grads_of(fwd(a), a, up), grads_of(fwd(b), b, up)
+    for name in ga:
+        assert_close(gb[name], ga[name], msg=name)
+    assert semi_crf_streaming_viterbi(**nc, use_triton=False).segments == \
+        semi_crf_streaming_viterbi(**inp, use_triton=False).segments
+
+
+def test_expanded_batch_of_one():
+    inp = make_inputs(1, 15, 4, 3, proj="both", seed=103)
+    many = dict(inp, cum_scores=inp["cum_scores"].expand(4, -1, -1), lengths=torch.tensor([15, 15, 7, 1]),
+                proj_start=inp["proj_start"].expand(4, -1, -1), proj_end=inp["proj_end"].expand(4, -1, -1))
+    out = fwd(many)
+    assert_close(out[0], fwd(inp)[0])
+    assert_close(out[:2], out[:1].expand(2))
+
+
+def test_mixed_parameter_dtypes():
+    # float32 scores with float64 parameters: the computation runs in the scores' dtype and every
+    # gradient comes back in its input's dtype
+    inp = make_inputs(2, 12, 3, 3, lengths=[12, 5], proj="both", seed=104)
+    a = with_grad(inp)
+    a["cum_scores"] = a["cum_scores"].detach().float().requires_grad_(True)
+    out = fwd(a)
+    assert out.dtype == F32
+    g = grads_of(out, a, random_upstream(2))
+    for name, t in g.items():
+        assert t.dtype == a[name].dtype, name
+    b = with_grad(inp)
+    want = grads_of(naive_semi_crf(**b), b, random_upstream(2))
+    for name in want:
+        assert_close(g[name], want[name], dtype=F32, msg=name)
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_impossible_sequence_gives_no_nan(dt):
+    # only duration 3 is allowed: length 4 has no segmentation, length 6 has
+    inp = make_inputs(2, 6, 3, 2, lengths=[4, 6], duration_transitions=dt, proj="both", seed=105)
+    db = inp["duration_bias"].clone()
+    db[:2] = -math.inf
+    inp = dict(inp, duration_bias=db)
+    a = with_grad(inp)
+    out = fwd(a)
+    assert not bool(torch.isnan(out).any())
+    assert float(out[0].detach()) <= NEG_INF / 2
+    g = grads_of(out, a, random_upstream(2))
+    for name, t in g.items():
+        assert bool(torch.isfinite(t).all()), name
+    # the possible sequence is unaffected by its impossible neighbour
+    assert_close(out[1], fwd(seq(inp, 1))[0], msg="log Z of the possible sequence")
+    assert_close(out[1], naive_semi_crf(**inp)[1])
+    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    assert not bool(torch.isnan(res.scores).any())
+    assert res.segments[1] == [(0, 3, res.segments[1][0].label), (3, 6, res.segments[1][1].label)]
+    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    for name in ("start", "end", "position", "boundary"):
+        assert not bool(torch.isnan(getattr(m, name)).any()), name
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_max_semiring_gradient_is_the_best_path_indicator(dt):
+    inp = make_inputs(3, 30, 5, 4, lengths=[30, 17, 2], duration_transitions=dt, proj="both", seed=106)
+    up = random_upstream(3, seed=13)
+    a, b = with_grad(inp), with_grad(inp)
+    out = fwd(a, semiring="max")
+    want = naive_semi_crf(**b, semiring="max")
+    assert_close(out, want, msg="max score")
+    if out.grad_fn is None:
+        pytest.skip("the max semiring is not differentiable in this build")
+    got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
+    for name in want_g:
+        assert_close(got_g[name], want_g[name], msg=f"d max / d {name}")
