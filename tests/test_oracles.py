@@ -214,3 +214,12 @@ def test_naive_dp_float32_inputs_are_computed_in_float64():
     inp64 = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inp.items()}
     assert_close(naive_semi_crf(**inp), naive_semi_crf(**inp64))
     assert set(DIFFERENTIABLE) <= set(inp)
+
+
+def test_oracle_docstring_examples_run():
+    import doctest
+
+    import torch_semimarkov.oracle as oracle
+
+    result = doctest.testmod(oracle, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
