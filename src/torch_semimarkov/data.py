@@ -65,13 +65,13 @@ class GenomicsConfig:
         num_features: total features per position (>= 5; the rest is pure noise).
     """
 
-    mean_duration: Tuple[float, float, float] = (40.0, 14.0, 24.0)
+    mean_duration: Tuple[float, float, float] = (30.0, 12.0, 20.0)
     shape: Tuple[float, float, float] = (2.0, 10.0, 3.0)
     min_duration: int = 2
-    max_duration: int = 64
+    max_duration: int = 48
     exon_to_intron: float = 0.65
     label_means: Tuple[Tuple[float, float], ...] = ((0.0, 0.0), (0.9, 0.4), (0.15, 0.45))
-    noise: float = 1.2
+    noise: float = 1.0
     splice_strength: float = 2.0
     splice_rate: float = 0.7
     num_features: int = 6
