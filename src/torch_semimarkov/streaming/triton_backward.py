@@ -183,7 +183,9 @@ if HAS_TRITON:
         tr = tl.load(
             tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
+        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
         beta = tl.where(mc, 0.0, MASK)
+        shift = tl.max(beta, 0)
         G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
         rfr = tl.zeros([K_PAD], dtype=tl.float64)
@@ -223,37 +225,44 @@ if HAS_TRITON:
             n_w = tl.load(w_b + sn * C + oc, mask=mc, other=MASK)
             n_fs = tl.load(f_b + sn)
             kj = ((oj - t) & (K_PAD - 1)) + 1
-            vj = kj <= tl.minimum(L - s, K)
+            vj = (kj >= 2) & (kj <= tl.minimum(L - s, K))
             drot = tl.load(
                 db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
             ).to(tl.float32)
 
-            # Y_t = pe_{t-1} + beta_t, frame G_t; P_end(t) = exp(alpha_t + beta_t - log Z)
-            y = tl.where(mc, beta + pe_s, MASK)
-            tl.store(x_b + t * C + oc, y, mask=mc)
-            tl.store(g_b + t, G)
-            tl.store(pend_b + s * C + oc, tl.exp(a_t + beta + (f_t + G - lz).to(tl.float32)), mask=mc)
-            slot = t & (K_PAD - 1)
-            ring = tl.where(oj[:, None] == slot, (y + (s_next - s_ref))[None, :], ring)
-            rfr = tl.where(oj == slot, G, rfr)
-
-            # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
+            # k >= 2 part of lse_s (ring rows of positions s+2 .. s+K), frame G_{s+1}
             xk = ring + drot + (rfr - G).to(tl.float32)[:, None]
-            m = tl.max(xk, 0)
-            lse = m + tl.log(tl.where(mc, tl.sum(tl.exp(xk - m[None, :]), 0), 1.0)) - (s_s - s_ref)
-            # P_start(s) = exp(U_s + lse_s - log Z)
-            tl.store(pst_b + s * C + oc, tl.exp(w_s + lse + (f_s + G - lz).to(tl.float32)), mask=mc)
-            # v_s = ps_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
+            pm = tl.max(xk, 0)
+            psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
+            plse = tl.where(psum > 0, pm + tl.log(tl.where(psum > 0, psum, 1.0)), MASK)
+
+            # Y_t = pe_{t-1} + beta_t, frame G_t (critical path: beta -> Y_t -> lse_s -> beta_s)
+            y = tl.where(mc, beta + pe_s, MASK)
+            yr = y + (s_next - s_ref)
+            x1 = yr + d0
+            hi = tl.maximum(plse, x1)
+            # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
+            lse = hi + tl.log(1.0 + tl.exp(tl.minimum(plse, x1) - hi)) - (s_s - s_ref)
             v = lse
             if HAS_PS:
                 v += ps_s
             v = tl.where(mc, v, MASK)
             yb = tr + v[None, :]
             my = tl.max(yb, 1)
-            bs = tl.where(mc, my + tl.log(tl.sum(tl.exp(yb - my[:, None]), 1)), MASK)
-            mb = tl.max(bs, 0)
-            beta = tl.where(mc, bs - mb, MASK)
-            G = G + mb.to(tl.float64)
+            bs = my + tl.log(tl.sum(tl.exp(yb - my[:, None]), 1))
+
+            # outputs, beside the critical path: Y row, P_end(t), P_start(s)
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t, G)
+            tl.store(pend_b + s * C + oc, tl.exp(a_t + beta + (f_t + G - lz).to(tl.float32)), mask=mc)
+            tl.store(pst_b + s * C + oc, tl.exp(w_s + lse + (f_s + G - lz).to(tl.float32)), mask=mc)
+            slot = t & (K_PAD - 1)
+            ring = tl.where(oj[:, None] == slot, yr[None, :], ring)
+            rfr = tl.where(oj == slot, G, rfr)
+            # normalise by the maximum of the previous beta_hat (known one step early)
+            beta = tl.where(mc, bs - shift, MASK)
+            G = G + shift.to(tl.float64)
+            shift = tl.max(beta, 0)
             s_next = s_s
             if i % REBASE == REBASE - 1:
                 ring -= (s_s - s_ref)[None, :]

@@ -215,8 +215,7 @@ if HAS_TRITON:
         w_ptr,  # (B, T+1, C) float32 out: U_hat = u_hat + ps rows (STORE)
         a_ptr,  # (B, T+1, C) float32 out: alpha_hat rows (STORE)
         f_ptr,  # (B, T+1) float64 out: frames F_t (STORE)
-        bpk_ptr,  # (B, T+1, C) int32: argmax duration at t (IS_MAX)
-        bpc_ptr,  # (B, T+1, C) int32: argmax source label of u_s at s (IS_MAX)
+        bp_ptr,  # (B, T+1, C) int32 out: packed backpointer k * 65536 + c_prev at t (IS_MAX)
         out_ptr,  # (B,) float64: log Z or the best score
         last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
         C,
@@ -239,9 +238,12 @@ if HAS_TRITON:
         Slot j of the (K_PAD, C_PAD) ring holds position s = j (mod K_PAD) as
         ``U_s - (S_s - S_ref)`` in its own frame (``rfr``, float64); the duration of slot j at step
         t is ``((t - 1 - j) mod K_PAD) + 1``, so the duration bias is gathered rotated (L1
-        resident). ``S_ref`` is moved to the newest S every REBASE steps (one add over the ring),
-        which keeps every ring value small. All per-position rows are loaded one step ahead, so no
-        memory access sits on the recurrence's critical path.
+        resident). ``S_ref`` moves to the newest S every REBASE steps (one add over the ring).
+
+        Latency: only u_s and the k = 1 term depend on the previous step. The k >= 2 part of
+        alpha_t's reduction uses older ring rows and the normalising shift of alpha_t is the
+        maximum of alpha_hat_{t-1}, so both run beside the critical path; per-position rows are
+        loaded one step ahead.
         """
         MASK: tl.constexpr = -1e30
         b = tl.program_id(0).to(tl.int64)
@@ -255,19 +257,22 @@ if HAS_TRITON:
         w_b = w_ptr + b * s_w_b
         a_b = a_ptr + b * s_w_b
         f_b = f_ptr + b * s_f_b
-        bpk_b = bpk_ptr + b * s_bp_b
-        bpc_b = bpc_ptr + b * s_bp_b
+        bp_b = bp_ptr + b * s_bp_b
 
         # shape: (C_PAD dst, C_PAD src): the reduction over sources runs along the fast axis
         trT = tl.load(
             tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
+        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
         alpha = tl.where(mc, 0.0, MASK)
+        shift = tl.max(alpha, 0)
         F = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         if STORE:
             tl.store(a_b + oc, alpha, mask=mc)
         ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
         rfr = tl.zeros([K_PAD], dtype=tl.float64)
+        if IS_MAX:
+            bring = tl.zeros([K_PAD, C_PAD], dtype=tl.int32)
         s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
         s_prev = s_ref
         nxt_s = tl.load(cum_b + C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -290,46 +295,57 @@ if HAS_TRITON:
             if HAS_PE:
                 nxt_pe = tl.load(pe_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
             kj = ((s - oj) & (K_PAD - 1)) + 1
-            vj = kj <= tl.minimum(k_max, t)
+            vj = (kj >= 2) & (kj <= tl.minimum(k_max, t))
             drot = tl.load(
                 db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
             ).to(tl.float32)
 
-            # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c]
+            # k >= 2 part of alpha_t (ring rows of positions t-2 .. t-K), frame F_{t-1}
+            xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
+            pm = tl.max(xk, 0)
+            if IS_MAX:
+                pk = tl.min(tl.where(xk == pm[None, :], kj[:, None], K_PAD + 1), 0)
+                pc = tl.sum(tl.where(kj[:, None] == pk[None, :], bring, 0), 0)
+            else:
+                psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
+                plse = tl.where(psum > 0, pm + tl.log(tl.where(psum > 0, psum, 1.0)), MASK)
+
+            # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c] and the k = 1 term (critical path)
             x = trT + alpha[None, :]
             mx = tl.max(x, 1)
             if IS_MAX:
                 u = mx
                 bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
-                tl.store(bpc_b + s * C + oc, bc, mask=mc)
             else:
                 u = mx + tl.log(tl.sum(tl.exp(x - mx[:, None]), 1))
             if HAS_PS:
                 u += ps_s
+            v1 = u - (s_prev - s_ref)
+            x1 = v1 + d0
+            if IS_MAX:
+                # ties go to the smallest duration: k = 1 wins a tie
+                one = x1 >= pm
+                lse = tl.where(one, x1, pm)
+                packed = tl.where(one, 65536 + bc, pk * 65536 + pc)
+                tl.store(bp_b + t * C + oc, packed, mask=mc)
+            else:
+                hi = tl.maximum(plse, x1)
+                lse = hi + tl.log(1.0 + tl.exp(tl.minimum(plse, x1) - hi))
+            at = lse + (s_t - s_ref)
+            if HAS_PE:
+                at += pe_s
             if STORE:
                 tl.store(w_b + s * C + oc, u, mask=mc)
                 tl.store(f_b + s, F)
             slot = s & (K_PAD - 1)
-            ring = tl.where(oj[:, None] == slot, (u - (s_prev - s_ref))[None, :], ring)
+            ring = tl.where(oj[:, None] == slot, v1[None, :], ring)
             rfr = tl.where(oj == slot, F, rfr)
-
-            # alpha_t(c) = pe_{t-1} + (S_t - S_ref) + LSE_k ring(t-k) + D[k-1]
-            xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
-            m = tl.max(xk, 0)
             if IS_MAX:
-                # ties go to the smallest duration, not to the smallest slot
-                kb = tl.min(tl.where(xk == m[None, :], kj[:, None], K_PAD + 1), 0)
-                tl.store(bpk_b + t * C + oc, kb, mask=mc)
-                lse = m
-            else:
-                lse = m + tl.log(tl.where(mc, tl.sum(tl.exp(xk - m[None, :]), 0), 1.0))
-            at = lse + (s_t - s_ref)
-            if HAS_PE:
-                at += pe_s
-            at = tl.where(mc, at, MASK)
-            mm = tl.max(at, 0)
-            alpha = tl.where(mc, at - mm, MASK)
-            F = F + mm.to(tl.float64)
+                bring = tl.where(oj[:, None] == slot, bc[None, :], bring)
+            # normalise by the maximum of the previous alpha_hat (known one step early)
+            alpha = tl.where(mc, at - shift, MASK)
+            F = F + shift.to(tl.float64)
+            shift = tl.max(alpha, 0)
             if STORE:
                 tl.store(a_b + t * C + oc, alpha, mask=mc)
             s_prev = s_t
@@ -463,6 +479,7 @@ if HAS_TRITON:
         T,
         s_bp_b,
         BP_C_AT_END: tl.constexpr,
+        PACKED: tl.constexpr,
         K_BLOCK: tl.constexpr,
     ):
         b = tl.program_id(0).to(tl.int64)
@@ -476,12 +493,17 @@ if HAS_TRITON:
         t = L
         while t > 0:
             k = tl.load(bpk_b + t * C + c)
+            if PACKED:
+                c_prev = k & 65535
+                k = k >> 16
             s = t - k
             for j in range(0, k, K_BLOCK):
                 pos = s + j + ok
                 tl.store(lab_b + pos, c.to(tl.int64) + tl.zeros([K_BLOCK], tl.int64), mask=pos < t)
             tl.store(st_b + s, 1)
-            if BP_C_AT_END:
+            if PACKED:
+                c = c_prev
+            elif BP_C_AT_END:
                 c = tl.load(bpc_b + t * C + c)
             else:
                 c = tl.load(bpc_b + s * C + c)
@@ -514,9 +536,12 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     frames = torch.empty((B, R), device=dev, dtype=torch.float64)
     out = torch.empty((B,), device=dev, dtype=torch.float64)
     last = torch.empty((B,), device=dev, dtype=torch.int32)
+    # the register-ring kernel packs (k, c_prev) into one int32 per (t, c): one dependent load per
+    # segment in the traceback instead of two
+    packed = not dur_tr and _use_register_ring(C, K_eff, num_warps) and C < 65536
     if is_max:
         bpk = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
-        bpc = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
+        bpc = bpk if packed else torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
     else:
         bpk = bpc = torch.empty((1,), device=dev, dtype=torch.int32)
     ps = proj_start if proj_start is not None else cum_scores
@@ -535,12 +560,12 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
             C_PAD=c_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, num_warps=num_warps,
         )
-    elif _use_register_ring(C, K_eff, num_warps):
+    elif packed:
         dummy = torch.empty((1,), device=dev, dtype=torch.float32)
         f_out = frames if full else torch.empty((1,), device=dev, dtype=torch.float64)
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe,
-            saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, bpc, out, last,
+            saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, out, last,
             C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C,
             C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=is_max, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, STORE=full, REBASE=REBASE, num_warps=num_warps,
@@ -554,7 +579,7 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
             C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=is_max, HAS_PS=proj_start is not None,
             HAS_PE=proj_end is not None, STORE_ALPHA=full, num_warps=num_warps,
         )
-    return out, (saved, frames) if full else None, (bpk, bpc, last, K_eff, dur_tr)
+    return out, (saved, frames) if full else None, (bpk, bpc, last, K_eff, dur_tr, packed)
 
 
 def launch_streaming_triton_kernel(
@@ -627,7 +652,7 @@ def launch_streaming_triton_viterbi(
     Example:
         >>> scores, labels, starts = launch_streaming_triton_viterbi(S, tr, db, lengths, K)  # doctest: +SKIP
     """
-    out, _, (bpk, bpc, last, K_eff, dur_tr) = _forward_impl(
+    out, _, (bpk, bpc, last, K_eff, dur_tr, packed) = _forward_impl(
         cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, num_warps, False)
     B, T1, C = cum_scores.shape
     T = T1 - 1
@@ -636,6 +661,6 @@ def launch_streaming_triton_viterbi(
     lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
     _traceback_kernel[(B,)](
         bpk, bpc, last, lengths, labels, starts, C, T, (T + 1) * C,
-        BP_C_AT_END=dur_tr, K_BLOCK=min(128, _next_pow2(K_eff)), num_warps=1,
+        BP_C_AT_END=dur_tr, PACKED=packed, K_BLOCK=max(2, min(128, _next_pow2(K_eff))), num_warps=1,
     )
     return out.to(cum_scores.dtype), labels, starts.bool()
