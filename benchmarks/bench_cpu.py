@@ -17,6 +17,7 @@ may be shared.
 Usage:
     python benchmarks/bench_cpu.py                       # both configurations, writes results
     python benchmarks/bench_cpu.py --quick --no-flash    # small configuration, ours only
+    python benchmarks/bench_cpu.py --threads 1           # one intra-op thread for both libraries
 """
 
 from __future__ import annotations
@@ -169,7 +170,12 @@ def main(argv=None):
     ap.add_argument("--flash-repeats", type=int, default=3, help="timed runs of flash-semicrf per mode")
     ap.add_argument("--quick", action="store_true", help="only the small configuration")
     ap.add_argument("--no-flash", action="store_true", help="time ours only")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads for both libraries (default: torch's own choice); on a "
+                         "shared, loaded machine 1 thread avoids oversubscription stalls")
     opts = ap.parse_args(argv)
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
 
     fs = None if opts.no_flash else flash_module()
     if fs is None and not opts.no_flash:
