@@ -377,3 +377,38 @@ def test_enumeration_k_at_least_t_and_length_one(opt_name):
         nll = head.compute_loss(hidden[b : b + 1].expand(n, T, H), lengths[b : b + 1].expand(n), segments=segs, reduction="none")
         assert bool((nll >= -1e-9).all())
         assert abs(float(torch.exp(-nll.detach()).sum()) - 1.0) < 1e-8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("opt_name", ["plain", "all", "boundary"])
+def test_gpu_head_matches_cpu(opt_name):
+    torch.manual_seed(11)
+    C, K, H, T = 4, 7, 6, 57
+    cpu = make_head(OPTION_SETS[opt_name], "learned", C, K, H, dtype=torch.float32)
+    gpu = make_head(OPTION_SETS[opt_name], "learned", C, K, H, dtype=torch.float32)
+    gpu.load_state_dict(cpu.state_dict())
+    gpu = gpu.cuda()
+    gpu.use_triton = True
+    hidden = torch.randn(3, T, H)
+    lengths = torch.tensor([57, 30, 1])
+    labels = torch.randint(0, C, (3, T))
+    labels = torch.where(torch.arange(T)[None] < lengths[:, None], labels, -100)
+    if cpu.allowed_transitions is not None:
+        labels = torch.where(labels == 1, 0, labels)  # avoid the forbidden 0 -> 1 move
+    loss_c = cpu.compute_loss(hidden, lengths, labels, reduction="sum")
+    loss_g = gpu.compute_loss(hidden.cuda(), lengths.cuda(), labels.cuda(), reduction="sum")
+    loss_c.backward()
+    loss_g.backward()
+    torch.testing.assert_close(loss_g.cpu(), loss_c, atol=1e-3, rtol=1e-4)
+    for (name, pc), (_, pg) in zip(cpu.named_parameters(), gpu.named_parameters()):
+        torch.testing.assert_close(pg.grad.cpu(), pc.grad, atol=2e-3, rtol=1e-3, msg=name)
+    dc, dg = cpu.decode(hidden, lengths), gpu.decode(hidden.cuda(), lengths.cuda())
+    torch.testing.assert_close(dg.scores.cpu(), dc.scores, atol=1e-3, rtol=1e-4)
+    mc, mg = cpu.marginals(hidden, lengths), gpu.marginals(hidden.cuda(), lengths.cuda())
+    torch.testing.assert_close(mg.position.cpu(), mc.position, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(mg.boundary.cpu(), mc.boundary, atol=1e-4, rtol=1e-3)
+    # bf16 autocast on the GPU: CRF math still in float32
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = gpu(hidden.cuda(), lengths.cuda())
+    assert out.cum_scores.dtype == torch.float32 and bool(torch.isfinite(out.partition).all())
