@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .triton_forward import HAS_TRITON, REBASE, _next_pow2, _tile_sizes, _use_register_ring
+from .triton_forward import HAS_TRITON, REBASE, _log, _next_pow2, _tile_sizes, _use_register_ring
 
 if HAS_TRITON:
     import triton
@@ -110,7 +110,7 @@ if HAS_TRITON:
                 nm = tl.maximum(run_m, tl.max(xk, 0))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
                 run_m = nm
-            lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
+            lse = run_m + _log(tl.where(mc, run_s, 1.0))
             # P_start(s) = exp(u_s + v_s - log Z) = exp(U_s + lse_s - log Z)
             fs = tl.load(f_b + s)
             wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
@@ -122,7 +122,7 @@ if HAS_TRITON:
             v = tl.where(mc, v, MASK)
             y = tr + v[None, :]
             my = tl.max(y, 1)
-            bs = my + tl.log(tl.sum(tl.exp(y - my[:, None]), 1))
+            bs = my + _log(tl.sum(tl.exp(y - my[:, None]), 1))
             bs = tl.where(mc, bs, MASK)
             m = tl.max(bs, 0)
             beta = tl.where(mc, bs - m, MASK)
@@ -234,7 +234,7 @@ if HAS_TRITON:
             xk = ring + drot + (rfr - G).to(tl.float32)[:, None]
             pm = tl.max(xk, 0)
             psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
-            plse = tl.where(psum > 0, pm + tl.log(tl.where(psum > 0, psum, 1.0)), MASK)
+            plse = tl.where(psum > 0, pm + _log(tl.where(psum > 0, psum, 1.0)), MASK)
 
             # Y_t = pe_{t-1} + beta_t, frame G_t (critical path: beta -> Y_t -> lse_s -> beta_s)
             y = tl.where(mc, beta + pe_s, MASK)
@@ -242,14 +242,14 @@ if HAS_TRITON:
             x1 = yr + d0
             hi = tl.maximum(plse, x1)
             # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
-            lse = hi + tl.log(1.0 + tl.exp(tl.minimum(plse, x1) - hi)) - (s_s - s_ref)
+            lse = hi + _log(1.0 + tl.exp(tl.minimum(plse, x1) - hi)) - (s_s - s_ref)
             v = lse
             if HAS_PS:
                 v += ps_s
             v = tl.where(mc, v, MASK)
             yb = tr + v[None, :]
             my = tl.max(yb, 1)
-            bs = my + tl.log(tl.sum(tl.exp(yb - my[:, None]), 1))
+            bs = my + _log(tl.sum(tl.exp(yb - my[:, None]), 1))
 
             # outputs, beside the critical path: Y row, P_end(t), P_start(s)
             tl.store(x_b + t * C + oc, y, mask=mc)
@@ -419,7 +419,7 @@ if HAS_TRITON:
                 nm = tl.maximum(run_m, tl.max(y, 1))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
                 run_m = nm
-            bs = tl.where(mc, run_m + tl.log(run_s), MASK)
+            bs = tl.where(mc, run_m + _log(run_s), MASK)
             m = tl.max(bs, 0)
             beta = tl.where(mc, bs - m, MASK)
             G = G + m.to(tl.float64)

@@ -24,6 +24,7 @@ of R >= K+1 rows is used (O(K·C) memory per sequence).
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple, Optional
 
 import torch
@@ -31,11 +32,13 @@ import torch
 try:  # Triton is optional: the package imports without it.
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 
     HAS_TRITON = True
 except ImportError:  # pragma: no cover - exercised only without triton
     triton = None
     tl = None
+    libdevice = None
     HAS_TRITON = False
 
 #: Structural mask (padding, durations out of range). Far below NEG_INF so that a real -1e9 score
@@ -61,6 +64,10 @@ def _use_register_ring(C: int, K_eff: int, num_warps: int) -> bool:
     return max(2, _next_pow2(K_eff)) * c_pad <= _REG_RING_ELEMENTS.get(num_warps, 4096)
 
 
+if not HAS_TRITON:  # pragma: no cover - names the backward imports
+    _log = None
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -73,6 +80,16 @@ def _tile_sizes(C: int, K_eff: int):
 
 
 if HAS_TRITON:
+    #: libdevice's log (1 ulp) on the GPU: lg2.approx has a small absolute bias that a
+    #: recurrence over 10^6 steps would sum; the interpreter has no libdevice
+    _PRECISE_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+
+    @triton.jit
+    def _log(x):
+        y = tl.log(x)
+        if _PRECISE_LOG:
+            y = libdevice.log(x)
+        return y
 
     @triton.jit
     def _fwd_factored_kernel(
@@ -140,7 +157,7 @@ if HAS_TRITON:
                 bc = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
                 tl.store(bpc_b + s * C + oc, bc, mask=mc)
             else:
-                u = mx + tl.log(tl.sum(tl.exp(x - mx[None, :]), 0))
+                u = mx + _log(tl.sum(tl.exp(x - mx[None, :]), 0))
             w = u
             if HAS_PS:
                 w += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -184,7 +201,7 @@ if HAS_TRITON:
                 lse = run_m
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
             else:
-                lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
+                lse = run_m + _log(tl.where(mc, run_s, 1.0))
             at = lse
             if HAS_PE:
                 at += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -201,7 +218,7 @@ if HAS_TRITON:
             tl.store(out_ptr + b, F + am.to(tl.float64))
             tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
         else:
-            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
             tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
@@ -308,7 +325,7 @@ if HAS_TRITON:
                 pc = tl.sum(tl.where(kj[:, None] == pk[None, :], bring, 0), 0)
             else:
                 psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
-                plse = tl.where(psum > 0, pm + tl.log(tl.where(psum > 0, psum, 1.0)), MASK)
+                plse = tl.where(psum > 0, pm + _log(tl.where(psum > 0, psum, 1.0)), MASK)
 
             # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c] and the k = 1 term (critical path)
             x = trT + alpha[None, :]
@@ -317,7 +334,7 @@ if HAS_TRITON:
                 u = mx
                 bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
             else:
-                u = mx + tl.log(tl.sum(tl.exp(x - mx[:, None]), 1))
+                u = mx + _log(tl.sum(tl.exp(x - mx[:, None]), 1))
             if HAS_PS:
                 u += ps_s
             v1 = u - (s_prev - s_ref)
@@ -330,7 +347,7 @@ if HAS_TRITON:
                 tl.store(bp_b + t * C + oc, packed, mask=mc)
             else:
                 hi = tl.maximum(plse, x1)
-                lse = hi + tl.log(1.0 + tl.exp(tl.minimum(plse, x1) - hi))
+                lse = hi + _log(1.0 + tl.exp(tl.minimum(plse, x1) - hi))
             at = lse + (s_t - s_ref)
             if HAS_PE:
                 at += pe_s
@@ -360,7 +377,7 @@ if HAS_TRITON:
             tl.store(out_ptr + b, F + am.to(tl.float64))
             tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
         else:
-            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
             tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
@@ -446,7 +463,7 @@ if HAS_TRITON:
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
                 tl.store(bpc_b + t * C + oc, run_c, mask=mc)
             else:
-                lse = run_m + tl.log(tl.where(mc, run_s, 1.0))
+                lse = run_m + _log(tl.where(mc, run_s, 1.0))
             at = lse
             if HAS_PE:
                 at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -464,7 +481,7 @@ if HAS_TRITON:
             tl.store(out_ptr + b, F + am.to(tl.float64))
             tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
         else:
-            lz = am + tl.log(tl.sum(tl.exp(alpha - am), 0))
+            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
             tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
