@@ -6,15 +6,18 @@ Training logs the NLL per position; validation decodes with Viterbi and logs seg
 F1 (exact and +/- 2) and position accuracy. Lightning handles devices, DDP and mixed precision
 (``precision="bf16-mixed"`` runs the encoder in bfloat16; the CRF math stays in float32).
 
-Example:
-    >>> import lightning.pytorch as pl                                      # doctest: +SKIP
-    >>> from torch_semimarkov.demo import CNNEncoder
-    >>> from torch_semimarkov.data import SyntheticGenomicsDataset
-    >>> from torch_semimarkov.nn import SemiMarkovCRFHead
-    >>> enc = CNNEncoder(6, 32); head = SemiMarkovCRFHead(3, 64, hidden_dim=32)
-    >>> module = SemiCRFLightningModule(enc, head, lr=3e-3)
-    >>> loader = DataLoader(SyntheticGenomicsDataset(64), batch_size=8, collate_fn=collate_segments)
-    >>> pl.Trainer(max_epochs=1).fit(module, loader, loader)
+Example (``python``)::
+
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+    from torch_semimarkov.data import SyntheticGenomicsDataset, collate_segments
+    from torch_semimarkov.demo import CNNEncoder
+    from torch_semimarkov.lightning import SemiCRFLightningModule
+    from torch_semimarkov.nn import SemiMarkovCRFHead
+
+    module = SemiCRFLightningModule(CNNEncoder(6, 32), SemiMarkovCRFHead(3, 48, hidden_dim=32), lr=3e-3)
+    loader = DataLoader(SyntheticGenomicsDataset(64), batch_size=8, collate_fn=collate_segments)
+    pl.Trainer(max_epochs=1).fit(module, loader, loader)
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Dict, Optional
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader  # noqa: F401 - used in the docstring example
 
 from .data import collate_segments
 from .metrics import SegmentationMetrics
