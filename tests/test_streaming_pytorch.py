@@ -946,3 +946,21 @@ def test_max_semiring_gradient_is_the_best_path_indicator(dt):
     got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d max / d {name}")
+
+
+@pytest.mark.parametrize("proj", ["none", "both"])
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_agrees_with_flash_semicrf_when_installed(dt, proj):
+    # flash-semicrf 0.2.0 (not a test dependency) is called as a black box through its public API
+    fs = pytest.importorskip("flash_semicrf.streaming")
+    inp = make_inputs(3, 30, 5, 4, lengths="ragged", duration_transitions=dt, proj=proj, seed=107)
+    up = random_upstream(3, seed=14)
+    a, b = with_grad(inp), with_grad(inp)
+    ours = fwd(a)
+    theirs = fs.semi_crf_streaming_forward(**b, use_triton=False)
+    assert_close(ours, theirs, msg="log Z")
+    got_g, want_g = grads_of(ours, a, up), grads_of(theirs, b, up)
+    for name in want_g:
+        assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
+    assert_close(fwd(inp, semiring="max"), fs.semi_crf_streaming_forward(**inp, semiring="max", use_triton=False),
+                 msg="max score")
