@@ -964,3 +964,24 @@ def test_agrees_with_flash_semicrf_when_installed(dt, proj):
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
     assert_close(fwd(inp, semiring="max"), fs.semi_crf_streaming_forward(**inp, semiring="max", use_triton=False),
                  msg="max score")
+
+
+def test_backward_twice_and_partial_upstream_gradients():
+    inp = make_inputs(4, 18, 4, 3, lengths=[18, 9, 1, 12], proj="both", seed=108)
+    a = with_grad(inp)
+    out = fwd(a)
+    up = random_upstream(4, seed=15)
+    (out * up).sum().backward(retain_graph=True)
+    first = {k: a[k].grad.clone() for k in DIFFERENTIABLE}
+    (out * up).sum().backward()
+    for k in DIFFERENTIABLE:
+        assert_close(a[k].grad, 2 * first[k], msg=f"second backward of {k}")
+    # an upstream gradient that is zero for some sequences (and reaches the Function non-contiguous)
+    b = with_grad(inp)
+    out_b = fwd(b)
+    got = grads_of(out_b[::2], b, up[::2])
+    c = with_grad(inp)
+    mask = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=F64)
+    want = grads_of(naive_semi_crf(**c), c, up * mask)
+    for k in want:
+        assert_close(got[k], want[k], msg=k)
