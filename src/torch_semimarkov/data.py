@@ -71,7 +71,7 @@ class GenomicsConfig:
     max_duration: int = 48
     exon_to_intron: float = 0.65
     label_means: Tuple[Tuple[float, float], ...] = ((0.0, 0.0), (0.9, 0.4), (0.15, 0.45))
-    noise: float = 1.0
+    noise: float = 0.8
     splice_strength: float = 2.0
     splice_rate: float = 0.7
     num_features: int = 6

@@ -35,11 +35,11 @@ TOLERANCES = (0, 2)
 class DemoConfig:
     """Sizes of one demo run (``quick`` shrinks everything to a smoke test)."""
 
-    train_sequences: int = 256
-    val_sequences: int = 64
+    train_sequences: int = 512
+    val_sequences: int = 128
     min_length: int = 150
     max_length: int = 350
-    epochs: int = 8
+    epochs: int = 12
     batch_size: int = 16
     hidden: int = 32
     encoder: str = "cnn"
@@ -49,7 +49,7 @@ class DemoConfig:
 
     @classmethod
     def quick(cls, **overrides) -> "DemoConfig":
-        base = dict(train_sequences=48, val_sequences=16, min_length=100, max_length=200, epochs=2, batch_size=16, hidden=16)
+        base = dict(train_sequences=192, val_sequences=32, min_length=100, max_length=250, epochs=4, batch_size=16, hidden=32)
         base.update(overrides)
         return cls(**base)
 
@@ -323,9 +323,9 @@ def run_demo(
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m torch_semimarkov demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (tiny data, 2 epochs)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (small data, 4 epochs)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...")
-    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 8, or 2 with --quick)")
+    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 12, or 4 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and shuffling")
     parser.add_argument("--out", default="demo_out", help="folder for the figure and metrics.json")
     parser.add_argument("--encoder", choices=("cnn", "lstm"), default="cnn", help="the encoder under both heads")
