@@ -52,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (1 is fastest for the CPU streaming engine)")
     p.add_argument("--no-triton", action="store_true", help="force the PyTorch streaming reference")
     p.add_argument("--crf-reg", type=float, default=0.0, help="weight of the L2 penalty on CRF parameters")
     p.add_argument("--fixed-length", type=int, default=None, help="crop/pad every sequence to this length")
@@ -72,6 +73,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=os.environ.get("PYTHONLOGLEVEL", "INFO").upper(), format="%(levelname)s: %(message)s")
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else torch.device(args.device)
+    if device.type == "cpu" and args.threads:
+        torch.set_num_threads(args.threads)
 
     min_len = args.min_length if args.fixed_length is None else min(args.min_length, args.fixed_length)
     train = SyntheticGenomicsDataset(args.num_sequences, min_len, args.max_length, seed=args.seed)
