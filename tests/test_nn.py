@@ -195,7 +195,7 @@ def test_decode_returns_valid_tilings_and_matches_best_enumerated():
         others = [s for s in all_segmentations(L, K, C) if all(bool(head.allowed_transitions[a[2], c[2]]) for a, c in zip(s, s[1:]))]
         n = len(others)
         best = head.gold_score(hidden[b : b + 1].expand(n, T, H), lengths[b : b + 1].expand(n), segments=others).max()
-        assert float(gold) >= float(best) - 1e-8
+        assert float(gold.detach()) >= float(best.detach()) - 1e-8
 
 
 def test_marginals_are_probabilities():
@@ -240,8 +240,8 @@ def test_parameter_names_and_penalty():
     with torch.no_grad():
         head.transition.fill_(2.0)
         head.duration_bias.fill_(-1.0)
-    assert float(head.parameter_penalty()) == pytest.approx(16 * 4 + 24 * 1)
-    assert float(head.parameter_penalty(p=1.0)) == pytest.approx(16 * 2 + 24)
+    assert float(head.parameter_penalty().detach()) == pytest.approx(16 * 4 + 24 * 1)
+    assert float(head.parameter_penalty(p=1.0).detach()) == pytest.approx(16 * 2 + 24)
     h2 = SemiMarkovCRFHead(4, 6, duration="geometric", transition="duration")
     assert h2.duration_bias.shape == (6, 4) and h2.transition.shape == (6, 4, 4)
     assert "duration_bias" not in dict(h2.named_parameters())
@@ -412,3 +412,21 @@ def test_gpu_head_matches_cpu(opt_name):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = gpu(hidden.cuda(), lengths.cuda())
     assert out.cum_scores.dtype == torch.float32 and bool(torch.isfinite(out.partition).all())
+
+
+def test_training_reduces_loss_and_decodes_gold():
+    torch.manual_seed(12)
+    C, K, T = 3, 6, 40
+    labels = torch.tensor([[0] * 5 + [1] * 6 + [2] * 4 + [0] * 5 + [1] * 6 + [2] * 6 + [0] * 3 + [1] * 5])
+    hidden = torch.nn.functional.one_hot(labels, C).float() + 0.8 * torch.randn(1, T, C)
+    head = SemiMarkovCRFHead(C, K, hidden_dim=C, duration="negative_binomial", use_triton=False)
+    opt = torch.optim.Adam(head.parameters(), lr=0.1)
+    lengths = torch.tensor([T])
+    first = float(head.compute_loss(hidden, lengths, labels).detach())
+    for _ in range(60):
+        opt.zero_grad()
+        loss = head.compute_loss(hidden, lengths, labels)
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 0.5 * first
+    assert float((head.decode(hidden, lengths).labels == labels).float().mean()) > 0.9
