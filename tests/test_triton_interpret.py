@@ -53,10 +53,13 @@ IDS = [case_id(B, T, K, C, "ragged" if lens else "", proj if proj != "none" else
        for B, T, K, C, lens, proj, kcc in CASES]
 
 
-@pytest.fixture(params=["register-ring", "memory-ring"])
+@pytest.fixture(params=["register-ring", "memory-ring", "memory-ring-kblock2"])
 def ring(request, monkeypatch):
-    """Run a test with the register-ring kernels (small K·C) and with the memory-ring ones (large)."""
-    monkeypatch.setattr(tf, "FORCE_MEMORY_RING", request.param == "memory-ring")
+    """Run a test with the register-ring kernels (small K·C), with the memory-ring ones (large), and
+    with duration tiles of 2 so that every duration loop takes several blocks."""
+    monkeypatch.setattr(tf, "FORCE_MEMORY_RING", request.param != "register-ring")
+    if request.param == "memory-ring-kblock2":
+        monkeypatch.setattr(tf, "K_BLOCK_OVERRIDE", 2)
     return request.param
 
 

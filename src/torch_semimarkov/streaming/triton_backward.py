@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .triton_forward import HAS_TRITON, REBASE, _log, _next_pow2, _tile_sizes, _use_register_ring
+from .triton_forward import HAS_TRITON, REBASE, _log, _next_pow2, _tile_sizes, _use_register_ring, auto_num_warps
 
 if HAS_TRITON:
     import triton
@@ -41,8 +41,7 @@ if HAS_TRITON:
         f_ptr,  # (B, T+1) float64 forward frames
         x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
         g_ptr,  # (B, T+1) float64 out: backward frames
-        pst_ptr,  # (B, T, C) out: P_start(s, c)
-        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        lzb_ptr,  # (B,) float64 out: log Z seen by the backward, LSE_c u_0(c) + v_0(c)
         C,
         K,
         s_cum_b,
@@ -70,8 +69,6 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
-        pst_b = pst_ptr + b * s_p_b
-        pend_b = pend_ptr + b * s_p_b
         tr = tl.load(
             tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
@@ -88,10 +85,6 @@ if HAS_TRITON:
             tl.store(x_b + t * C + oc, xt, mask=mc)
             tl.store(g_b + t, G)
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-            # P_end(t) = exp(alpha_t + beta_t - log Z)
-            ft = tl.load(f_b + t)
-            pend = tl.exp(tl.load(a_b + t * C + oc, mask=mc, other=MASK) + beta + (ft + G - lz).to(tl.float32))
-            tl.store(pend_b + s * C + oc, pend, mask=mc)
             tl.debug_barrier()
 
             # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c), k <= min(K, L - s), frame G_t
@@ -111,10 +104,11 @@ if HAS_TRITON:
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
                 run_m = nm
             lse = run_m + _log(tl.where(mc, run_s, 1.0))
-            # P_start(s) = exp(u_s + v_s - log Z) = exp(U_s + lse_s - log Z)
-            fs = tl.load(f_b + s)
-            wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-            tl.store(pst_b + s * C + oc, tl.exp(wv + lse + (fs + G - lz).to(tl.float32)), mask=mc)
+            if s == 0:
+                # u_0 + v_0 = U_0 + lse_0
+                z0 = tl.load(w_b + oc, mask=mc, other=MASK) + lse
+                mz = tl.max(z0, 0)
+                tl.store(lzb_ptr + b, tl.load(f_b) + G + (mz + _log(tl.sum(tl.exp(z0 - mz), 0))).to(tl.float64))
             # v_s = ps_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
             v = lse
             if HAS_PS:
@@ -142,8 +136,7 @@ if HAS_TRITON:
         f_ptr,  # (B, T+1) float64 forward frames
         x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
         g_ptr,  # (B, T+1) float64 out: backward frames
-        pst_ptr,  # (B, T, C) out: P_start(s, c)
-        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        lzb_ptr,  # (B,) float64 out: log Z seen by the backward, LSE_c u_0(c) + v_0(c)
         C,
         K,
         s_cum_b,
@@ -160,7 +153,7 @@ if HAS_TRITON:
 
         Slot j holds position p = j (mod K_PAD) as ``Y_p + (S_p - S_ref)`` in frame ``rfr``; at
         step s its duration is ``((j - s - 1) mod K_PAD) + 1``. Rows read from memory (S, ps, pe,
-        and the forward's alpha_hat / U_hat for the marginals) are loaded one step ahead.
+        are loaded one step ahead. The marginals are left to the parallel kernel.
         """
         MASK: tl.constexpr = -1e30
         b = tl.program_id(0).to(tl.int64)
@@ -177,8 +170,6 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
-        pst_b = pst_ptr + b * s_p_b
-        pend_b = pend_ptr + b * s_p_b
         # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
         tr = tl.load(
             tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
@@ -200,30 +191,18 @@ if HAS_TRITON:
             n_ps = tl.load(ps_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         if HAS_PE:
             n_pe = tl.load(pe_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
-        n_a = tl.load(a_b + L * C + oc, mask=mc, other=MASK)
-        n_ft = tl.load(f_b + L)
-        n_w = tl.load(w_b + s0 * C + oc, mask=mc, other=MASK)
-        n_fs = tl.load(f_b + s0)
         for i in range(0, L):
             s = L - 1 - i
             t = s + 1
             s_s = n_s
             ps_s = n_ps
             pe_s = n_pe
-            a_t = n_a
-            f_t = n_ft
-            w_s = n_w
-            f_s = n_fs
             sn = tl.maximum(s - 1, 0)
             n_s = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PS:
                 n_ps = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 n_pe = tl.load(pe_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
-            n_a = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
-            n_ft = f_s
-            n_w = tl.load(w_b + sn * C + oc, mask=mc, other=MASK)
-            n_fs = tl.load(f_b + sn)
             kj = ((oj - t) & (K_PAD - 1)) + 1
             vj = (kj >= 2) & (kj <= tl.minimum(L - s, K))
             drot = tl.load(
@@ -251,11 +230,14 @@ if HAS_TRITON:
             my = tl.max(yb, 1)
             bs = my + _log(tl.sum(tl.exp(yb - my[:, None]), 1))
 
-            # outputs, beside the critical path: Y row, P_end(t), P_start(s)
+            # outputs, beside the critical path
             tl.store(x_b + t * C + oc, y, mask=mc)
             tl.store(g_b + t, G)
-            tl.store(pend_b + s * C + oc, tl.exp(a_t + beta + (f_t + G - lz).to(tl.float32)), mask=mc)
-            tl.store(pst_b + s * C + oc, tl.exp(w_s + lse + (f_s + G - lz).to(tl.float32)), mask=mc)
+            if s == 0:
+                # u_0 + v_0 = U_0 + lse_0
+                z0 = tl.load(w_b + oc, mask=mc, other=MASK) + lse
+                mz = tl.max(z0, 0)
+                tl.store(lzb_ptr + b, tl.load(f_b) + G + (mz + _log(tl.sum(tl.exp(z0 - mz), 0))).to(tl.float64))
             slot = t & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, yr[None, :], ring)
             rfr = tl.where(oj == slot, G, rfr)
@@ -274,13 +256,16 @@ if HAS_TRITON:
         tr_ptr,  # (C, C)
         db_ptr,  # (K, C)
         len_ptr,  # (B,)
-        lz_ptr,  # (B,) float64
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        lz_ptr,  # (B,) float64: log Z of the forward
+        lzb_ptr,  # (B,) float64: log Z of the backward recurrence
         a_ptr,  # (B, T+1, C) alpha_hat
         w_ptr,  # (B, T+1, C) U_hat
         f_ptr,  # (B, T+1) float64
         x_ptr,  # (B, T+1, C) Y_hat
         g_ptr,  # (B, T+1) float64
-        pst_ptr,  # (B, T, C) P_start (from the beta kernel)
+        pst_ptr,  # (B, T, C) float32 out, zero-initialised: P_start(s, c)
+        pend_ptr,  # (B, T, C) float32 out: P_end(e+1, c) at the last position e
         wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk
         wdb_ptr,  # (B, NCH, K, C) float32 out: duration marginals of the chunk
         C,
@@ -293,12 +278,23 @@ if HAS_TRITON:
         s_p_b,
         C_PAD: tl.constexpr,
         K_BLOCK: tl.constexpr,
+        HAS_PE: tl.constexpr,
     ):
+        """Every marginal of the positions s0 <= s < s1 of one sequence.
+
+        The float32 forward and backward recurrences each drift by a few ulps per step; over 10^6
+        steps their two values of log Z differ by ~1e-2. A marginal at position p combines forward
+        messages summed over p steps with backward ones summed over L - p steps, so it is
+        normalised by ``log Z(p) = (p / L) log Z_fwd + (1 - p / L) log Z_bwd``, which cancels the
+        linear part of that drift (both values agree to float32 rounding at short lengths).
+        """
         MASK: tl.constexpr = -1e30
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
         L = tl.load(len_ptr + b).to(tl.int32)
-        lz = tl.load(lz_ptr + b)
+        lz_f = tl.load(lz_ptr + b)
+        lz_b = tl.load(lzb_ptr + b)
+        inv_l = 1.0 / L.to(tl.float64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -308,13 +304,52 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         g_b = g_ptr + b * s_f_b
         pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
         cum_b = cum_ptr + b * s_cum_b
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
         m2c = mc[:, None] & mc[None, :]
-        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+
+        # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
+        for e in range(s0, s1):
+            t = e + 1
+            lzt = lz_f * (t * inv_l) + lz_b * (1.0 - t * inv_l)
+            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            if HAS_PE:
+                z -= tl.load(pe_b + e * C + oc, mask=mc, other=0.0).to(tl.float32)
+            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
+            tl.store(pend_b + e * C + oc, tl.exp(z), mask=mc)
+
+        # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z);
+        # P_start(s, c) = sum_k P_seg(s, k, c)
+        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+        for kb in range(0, K, K_BLOCK):
+            k = kb + 1 + ok
+            vk0 = k <= K
+            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
+            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            for s in range(s0, s1):
+                vk = vk0 & (k <= L - s)
+                m2 = vk[:, None] & mc[None, :]
+                lzs = lz_f * (s * inv_l) + lz_b * (1.0 - s * inv_l)
+                wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+                fs = tl.load(f_b + s)
+                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
+                p = tl.where(m2, tl.exp(z), 0.0)
+                acc += p
+                # this program alone owns row s; the same threads load and store it
+                pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
+        tl.debug_barrier()
 
         # P_trans(s, c', c) = softmax_{c'}(alpha_s(c') + Tr[c', c]) * P_start(s, c)
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
         acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
         for s in range(s0, s1):
             av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
@@ -325,26 +360,6 @@ if HAS_TRITON:
             acc_tr += e * p[None, :]
         wtr_b = wtr_ptr + (b * NCH + ch) * C * C
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
-
-        # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z)
-        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
-        for kb in range(0, K, K_BLOCK):
-            k = kb + 1 + ok
-            vk0 = k <= K
-            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
-            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
-            for s in range(s0, s1):
-                vk = vk0 & (k <= L - s)
-                m2 = vk[:, None] & mc[None, :]
-                wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-                fs = tl.load(f_b + s)
-                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
-                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
-                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
-                z = xv + dbv + seg + wv[None, :] + (gk + fs - lz).to(tl.float32)[:, None]
-                acc += tl.where(m2, tl.exp(z), 0.0)
-            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
 
     @triton.jit
     def _beta_duration_tr_kernel(
@@ -508,7 +523,7 @@ def launch_streaming_triton_backward(
     log_norm_checkpoints,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
 ):
     """Marginals and per-sequence parameter gradients of log Z (unscaled by grad_output).
 
@@ -561,27 +576,29 @@ def launch_streaming_triton_backward(
     pe = proj_end if proj_end is not None else cum_scores
     ch, nch = _chunking(B, T)
     dur_tr = transition.dim() == 3
-    if not dur_tr and _use_register_ring(C, K_eff, num_warps):
+    warps = auto_num_warps(B, C, K_eff, dur_tr) if num_warps is None else num_warps
+    lzb = torch.empty((B,), device=dev, dtype=torch.float64)
+    if not dur_tr and _use_register_ring(C, K_eff, warps, B):
         _beta_factored_reg_kernel[(B,)](
             cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat, w_hat,
-            frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
+            frames, x_hat, g, lzb, C, K_eff, T1 * C, T * C, T1 * C, T1,
             C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), HAS_PS=proj_start is not None,
-            HAS_PE=proj_end is not None, REBASE=REBASE, num_warps=num_warps,
+            HAS_PE=proj_end is not None, REBASE=REBASE, num_warps=warps,
         )
     elif not dur_tr:
         _beta_factored_kernel[(B,)](
             cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat, w_hat,
-            frames, x_hat, g, p_start, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
+            frames, x_hat, g, lzb, C, K_eff, T1 * C, T * C, T1 * C, T1 * C, T1,
             C_PAD=c_pad, K_BLOCK=k_block, HAS_PS=proj_start is not None,
-            HAS_PE=proj_end is not None, num_warps=num_warps,
+            HAS_PE=proj_end is not None, num_warps=warps,
         )
     if not dur_tr:
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
-        wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
+        wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](
-            cum_scores, transition, duration_bias, lengths, lz, alpha_hat, w_hat, frames,
-            x_hat, g, p_start, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1 * C, T1, T * C,
-            C_PAD=c_pad, K_BLOCK=k_block, num_warps=num_warps,
+            cum_scores, transition, duration_bias, lengths, pe, lz, lzb, alpha_hat, w_hat, frames,
+            x_hat, g, p_start, p_end, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1 * C, T1, T * C,
+            C_PAD=c_pad, K_BLOCK=k_block, HAS_PE=proj_end is not None, num_warps=4,
         )
         g_tr = wtr.sum(1, dtype=torch.float64)
         g_db = wdb.sum(1, dtype=torch.float64)
@@ -590,13 +607,13 @@ def launch_streaming_triton_backward(
             cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat,
             frames, x_hat, g, p_end, C, K_eff, T1 * C, T * C, T1 * C, T1,
             C_PAD=c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
-            num_warps=num_warps,
+            num_warps=warps,
         )
         wtr = torch.zeros((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
         _shared_duration_tr_kernel[(B, nch)](
             cum_scores, transition, duration_bias, lengths, ps, lz, alpha_hat, frames,
             x_hat, g, p_start, wtr, C, K_eff, ch, nch, T1 * C, T * C, T1 * C, T1,
-            C_PAD=c_pad, HAS_PS=proj_start is not None, num_warps=num_warps,
+            C_PAD=c_pad, HAS_PS=proj_start is not None, num_warps=4,
         )
         g_tr = wtr.sum(1, dtype=torch.float64)
         g_db = g_tr.sum(2)

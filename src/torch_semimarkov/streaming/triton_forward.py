@@ -57,11 +57,30 @@ _REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 FORCE_MEMORY_RING = False
 
 
-def _use_register_ring(C: int, K_eff: int, num_warps: int) -> bool:
+def _use_register_ring(C: int, K_eff: int, num_warps: int, B: int = 1) -> bool:
+    """Register ring for a small (K_PAD, C_PAD) ring; the memory ring for large rings and for
+    large batches of large rings (register pressure then costs more occupancy than it saves)."""
     if FORCE_MEMORY_RING:
         return False
+    elems = max(2, _next_pow2(K_eff)) * max(4, _next_pow2(C))
+    if B >= 256 and elems >= 2048:
+        return False
+    return elems <= _REG_RING_ELEMENTS.get(num_warps, 4096)
+
+
+def auto_num_warps(B: int, C: int, K_eff: int, duration_transitions: bool = False) -> int:
+    """Warps per program for the sequential kernels, from the H200 sweep in benchmarks/GPU_NOTES.md:
+    one program per sequence is latency-bound below a few hundred sequences (more warps shorten a
+    step for large rings) and throughput-bound above."""
+    if duration_transitions:
+        return 4
     c_pad = max(4, _next_pow2(C))
-    return max(2, _next_pow2(K_eff)) * c_pad <= _REG_RING_ELEMENTS.get(num_warps, 4096)
+    elems = max(2, _next_pow2(K_eff)) * c_pad
+    if B >= 256:
+        return 4
+    if elems <= 256:
+        return 1 if c_pad <= 4 else 4
+    return 8
 
 
 if not HAS_TRITON:  # pragma: no cover - names the backward imports
@@ -72,10 +91,16 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+#: Tests set this to a small power of two to exercise the multi-block duration loops.
+K_BLOCK_OVERRIDE = None
+
+
 def _tile_sizes(C: int, K_eff: int):
     """(C_PAD, K_BLOCK): a (K_BLOCK, C_PAD) tile holds at most 4096 elements."""
     c_pad = max(4, _next_pow2(C))
     k_block = max(2, min(_next_pow2(K_eff), max(16, 4096 // c_pad)))
+    if K_BLOCK_OVERRIDE is not None:
+        k_block = K_BLOCK_OVERRIDE
     return c_pad, k_block
 
 
@@ -547,6 +572,8 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     K_eff = max(1, min(int(K), T))
     is_max = semiring == "max"
     dur_tr = transition.dim() == 3
+    if num_warps is None:
+        num_warps = auto_num_warps(B, C, K_eff, dur_tr)
     c_pad, k_block = _tile_sizes(C, K_eff)
     full = save_for_backward and not is_max
     R = T + 1 if full else _next_pow2(K_eff + 1)
@@ -555,7 +582,7 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     last = torch.empty((B,), device=dev, dtype=torch.int32)
     # the register-ring kernel packs (k, c_prev) into one int32 per (t, c): one dependent load per
     # segment in the traceback instead of two
-    packed = not dur_tr and _use_register_ring(C, K_eff, num_warps) and C < 65536
+    packed = not dur_tr and _use_register_ring(C, K_eff, num_warps, B) and C < 65536
     if is_max:
         bpk = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
         bpc = bpk if packed else torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
@@ -609,7 +636,7 @@ def launch_streaming_triton_kernel(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     checkpoint_interval: Optional[int] = None,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
     save_for_backward: bool = True,
 ):
     """Partition (log semiring) or best score (max semiring) of a batch, on the GPU.
@@ -626,7 +653,8 @@ def launch_streaming_triton_kernel(
         proj_start, proj_end: optional (B, T, C) boundary scores.
         checkpoint_interval: accepted for API compatibility; the Triton pair keeps every position
             (O(T·C) per sequence, the size of the gradient itself) and ignores it.
-        num_warps: warps per program (one program per sequence).
+        num_warps: warps per program (one program per sequence); None picks by size
+            (:func:`auto_num_warps`).
         save_for_backward: keep what ``launch_streaming_triton_backward`` needs (log semiring).
 
     Returns:
@@ -654,7 +682,7 @@ def launch_streaming_triton_viterbi(
     K: int,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
 ):
     """Best segmentation of each sequence (max semiring forward + on-GPU traceback).
 
