@@ -72,13 +72,18 @@ def ours_forward(cum, tr, db, lengths, K):
                                           save_for_backward=False)[0]
 
 
+def ours_forward_kernel(cum, tr, db, lengths, K):
+    """The launcher alone (no input validation)."""
+    return launch_streaming_triton_kernel(cum, tr, db, lengths, K, save_for_backward=False)[0]
+
+
 def ours_fwd_bwd(cum, tr, db, lengths, K):
     from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
 
     cum = cum.detach().requires_grad_(True)
     tr = tr.detach().requires_grad_(True)
     db = db.detach().requires_grad_(True)
-    z = semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True)
+    z = semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True, num_warps=None)
     z.backward(torch.ones_like(z))
     return cum.grad
 
@@ -94,6 +99,11 @@ def ours_fwd_bwd_launchers(cum, tr, db, lengths, K):
 def ours_viterbi(cum, tr, db, lengths, K):
     v = validate_streaming_inputs(cum, tr, db, lengths, K, "max")
     return launch_streaming_triton_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, K)
+
+
+def ours_viterbi_kernel(cum, tr, db, lengths, K):
+    """Max-semiring forward + traceback alone (no input validation)."""
+    return launch_streaming_triton_viterbi(cum, tr, db, lengths, K)
 
 
 # ---------------------------------------------------------------- flash-semicrf (black box)
@@ -233,7 +243,7 @@ def warps_sweep():
                     z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K, num_warps=w)
                     return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr, num_warps=w)
                 r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w,
-                     "ring": "memory" if force else ("register" if tf._use_register_ring(C, K, w) else "memory"),
+                     "ring": "memory" if force else ("register" if tf._use_register_ring(C, K, w, B) else "memory"),
                      "forward_ms": bench_ms(lambda: launch_streaming_triton_kernel(
                          cum, tr, db, lengths, K, save_for_backward=False, num_warps=w)),
                      "fwd_bwd_kernels_ms": bench_ms(fb),
@@ -253,11 +263,14 @@ def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
     ours["fwd_bwd_ms"] = bench_ms(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))
     ours["fwd_bwd_kernels_ms"] = bench_ms(lambda: ours_fwd_bwd_launchers(cum, tr, db, lengths, K))
     ours["viterbi_ms"] = bench_ms(lambda: ours_viterbi(cum, tr, db, lengths, K))
+    ours["forward_kernel_ms"] = bench_ms(lambda: ours_forward_kernel(cum, tr, db, lengths, K))
+    ours["viterbi_kernel_ms"] = bench_ms(lambda: ours_viterbi_kernel(cum, tr, db, lengths, K))
     ours["fwd_bwd_peak_mb"] = peak_mb(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))
     ours["forward_peak_mb"] = peak_mb(lambda: ours_forward(cum, tr, db, lengths, K))
     rec["ours"] = ours
-    print(f"  ours  B{B} T{T} K{K} C{C}: fwd {ours['forward_ms']:.3f} ms, fwd+bwd {ours['fwd_bwd_ms']:.3f} ms "
-          f"(kernels {ours['fwd_bwd_kernels_ms']:.3f}), viterbi {ours['viterbi_ms']:.3f} ms, "
+    print(f"  ours  B{B} T{T} K{K} C{C}: fwd {ours['forward_ms']:.3f} ms (kernel {ours['forward_kernel_ms']:.3f}), "
+          f"fwd+bwd {ours['fwd_bwd_ms']:.3f} ms (kernels {ours['fwd_bwd_kernels_ms']:.3f}), "
+          f"viterbi {ours['viterbi_ms']:.3f} ms (kernels {ours['viterbi_kernel_ms']:.3f}), "
           f"peak {ours['fwd_bwd_peak_mb']:.1f} MB", flush=True)
     if fs is not None and with_flash:
         Tw = min(T, 200)
@@ -289,6 +302,7 @@ def sweep(fs, with_flash):
             cum, tr, db, lengths = make_inputs(B, T, K, C)
             r = {"B": B, "T": T, "K": K, "C": C,
                  "ours_forward_ms": bench_ms(lambda: ours_forward(cum, tr, db, lengths, K)),
+                 "ours_viterbi_ms": bench_ms(lambda: ours_viterbi(cum, tr, db, lengths, K)),
                  "ours_fwd_bwd_ms": bench_ms(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))}
             if fs is not None and with_flash:
                 cw, trw, dbw, lw = make_inputs(B, min(T, 200), K, C, seed=1)
@@ -296,6 +310,8 @@ def sweep(fs, with_flash):
                     lambda: flash_forward(fs, cum, tr, db, lengths, K), lambda: flash_forward(fs, cw, trw, dbw, lw, K))
                 r["flash_fwd_bwd_ms"], _, _ = flash_time_once(
                     lambda: flash_fwd_bwd(fs, cum, tr, db, lengths, K), lambda: flash_fwd_bwd(fs, cw, trw, dbw, lw, K))
+                r["flash_viterbi_ms"], _, _ = flash_time_once(
+                    lambda: flash_viterbi(fs, cum, tr, db, lengths, K), lambda: flash_viterbi(fs, cw, trw, dbw, lw, K))
             print(f"  sweep {key} {B, T, K, C}: {r}", flush=True)
             out[key].append(r)
     return out
@@ -320,31 +336,35 @@ def main():
     print(f"exp throughput: {rate / 1e12:.2f} T exp/s", flush=True)
     if opts.warps:
         res["warps"] = warps_sweep()
-    if opts.quick:
-        res["configs"].append(run_config(8, 500, 32, 8, fs))
-        res["configs"].append(run_config(64, 1000, 100, 24, fs, with_flash=False))
-        res["configs"].append(run_config(1, 100000, 64, 24, fs, with_flash=False))
-    else:
-        idx = range(len(CONFIGS)) if opts.configs is None else [int(i) for i in opts.configs.split(",")]
-        for i in idx:
-            res["configs"].append(run_config(*CONFIGS[i], fs))
-            with open(opts.out, "w") as f:
-                json.dump(res, f, indent=1)
+    def save():
+        with open(opts.out, "w") as f:
+            json.dump(res, f, indent=1)
+
     B, T, K, C = FULL_GPU
     full = run_config(B, T, K, C, fs, with_flash=False)
     cnt = exp_counts(B, T, K, C)
     full["exp_floor_ms"] = {k: v / rate * 1e3 for k, v in cnt.items()}
     full["exp_counts"] = cnt
-    full["ratio_to_floor"] = {"forward": full["ours"]["forward_ms"] / full["exp_floor_ms"]["forward"],
-                              "fwd_bwd": full["ours"]["fwd_bwd_ms"] / full["exp_floor_ms"]["fwd_bwd_min"]}
+    full["ratio_to_floor"] = {"forward": full["ours"]["forward_kernel_ms"] / full["exp_floor_ms"]["forward"],
+                              "fwd_bwd": full["ours"]["fwd_bwd_kernels_ms"] / full["exp_floor_ms"]["fwd_bwd_min"]}
     res["full_gpu"] = full
     print(f"full GPU {FULL_GPU}: floor fwd {full['exp_floor_ms']['forward']:.2f} ms "
-          f"(x{full['ratio_to_floor']['forward']:.1f}), fwd+bwd {full['exp_floor_ms']['fwd_bwd_min']:.2f} ms "
-          f"(x{full['ratio_to_floor']['fwd_bwd']:.1f})", flush=True)
-    if not opts.quick and not opts.no_sweep:
-        res["sweep"] = sweep(fs, not opts.no_flash)
-    with open(opts.out, "w") as f:
-        json.dump(res, f, indent=1)
+          f"(kernel x{full['ratio_to_floor']['forward']:.1f}), fwd+bwd {full['exp_floor_ms']['fwd_bwd_min']:.2f} ms "
+          f"(kernels x{full['ratio_to_floor']['fwd_bwd']:.1f})", flush=True)
+    save()
+    if opts.quick:
+        res["configs"].append(run_config(8, 500, 32, 8, fs))
+        res["configs"].append(run_config(64, 1000, 100, 24, fs, with_flash=False))
+        res["configs"].append(run_config(1, 100000, 64, 24, fs, with_flash=False))
+    else:
+        if not opts.no_sweep:
+            res["sweep"] = sweep(fs, not opts.no_flash)
+            save()
+        idx = range(len(CONFIGS)) if opts.configs is None else [int(i) for i in opts.configs.split(",")]
+        for i in idx:
+            res["configs"].append(run_config(*CONFIGS[i], fs))
+            save()
+    save()
     print("\nsummary (ms; ours / flash / ratio)")
     for r in res["configs"]:
         o, fl = r["ours"], r.get("flash", {})
