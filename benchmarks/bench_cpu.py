@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -140,11 +141,21 @@ def run_config(B, T, K, C, fs, repeats, flash_repeats):
     return rec
 
 
+def git_commit():
+    """The repository's HEAD commit, when the script runs from a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def markdown(res):
     lines = [
         f"# CPU benchmark ({res['date']})",
         "",
-        f"torch {res['torch']}, {res['threads']} threads on {res['cpu_count']} cores; flash-semicrf "
+        f"commit {res['commit']}; torch {res['torch']}, {res['threads']} threads on {res['cpu_count']} cores; flash-semicrf "
         f"{res['flash_semicrf']}; load average before / after: {res['load_before']} / {res['load_after']}.",
         "Median ms over repeats after one warm-up (float32, full-length sequences).",
         "",
@@ -182,6 +193,7 @@ def main(argv=None):
         print("flash-semicrf is not installed (pip install --no-deps flash-semicrf==0.2.0): timing ours only")
     res = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -985,3 +985,18 @@ def test_backward_twice_and_partial_upstream_gradients():
     want = grads_of(naive_semi_crf(**c), c, up * mask)
     for k in want:
         assert_close(got[k], want[k], msg=k)
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+@pytest.mark.parametrize("B,T,K,C,interval", [(2, 150, 32, 16, 151), (2, 20, 3, 33, None)],
+                         ids=["B2-T150-K32-C16-one_interval", "B2-T20-K3-C33"])
+def test_wide_problems_match_naive_dp(B, T, K, C, interval, dt):
+    # large K·C·C over one long interval: the engine splits its gradient accumulation into blocks
+    inp = make_inputs(B, T, K, C, lengths=[T, T // 2 + 1], duration_transitions=dt, proj="both", seed=109)
+    up = random_upstream(B, seed=16)
+    a, b = with_grad(inp), with_grad(inp)
+    out, want = fwd(a, checkpoint_interval=interval), naive_semi_crf(**b)
+    assert_close(out, want, msg="log Z")
+    got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
+    for name in want_g:
+        assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
