@@ -312,14 +312,14 @@ if HAS_TRITON:
         m2c = mc[:, None] & mc[None, :]
 
         # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
-        for e in range(s0, s1):
-            t = e + 1
+        for last in range(s0, s1):
+            t = last + 1
             lzt = lz_f * (t * inv_l) + lz_b * (1.0 - t * inv_l)
             z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
             if HAS_PE:
-                z -= tl.load(pe_b + e * C + oc, mask=mc, other=0.0).to(tl.float32)
+                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
             z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
-            tl.store(pend_b + e * C + oc, tl.exp(z), mask=mc)
+            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
 
         # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z);
         # P_start(s, c) = sum_k P_seg(s, k, c)
