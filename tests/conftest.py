@@ -6,10 +6,16 @@ Import the helpers with ``from conftest import assert_close, make_inputs, case_i
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, Iterable, Optional, Sequence
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Without a GPU the Triton kernels can only run in Triton's interpreter, and the mode is fixed
+    # when a kernel is decorated: choose it before any test module imports the kernel modules.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from torch_semimarkov.streaming.segments import Segment
 
