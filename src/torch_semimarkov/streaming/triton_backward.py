@@ -8,8 +8,8 @@ Two launches, no atomics, every output element written by exactly one program:
    transition, ``P_start``) for each position directly.
 2. ``_shared_*_kernel`` (grid (B, n_chunks)): fully parallel over chunks of positions, sums the
    transition and duration marginals of its chunk in registers and writes them once to a
-   per-(sequence, chunk) workspace. The host reduces the workspace over chunks in a fixed order
-   (float64), so the result is bitwise reproducible.
+   per-(sequence, chunk) workspace. The host reduces the workspace over chunks in a fixed order,
+   so the result is bitwise reproducible.
 
 Every marginal is ``exp(hat values + (frame sum - log Z))``: the frames and log Z are combined in
 float64 and only the small remainder is cast to float32.
@@ -504,9 +504,11 @@ if HAS_TRITON:
             tl.store(pst_b + s * C + oc, pst, mask=mc)
 
 
-def _chunking(B: int, T: int, min_programs: int = 2048, min_chunk: int = 32):
-    """Chunk length and count for the parallel kernel: enough programs to fill a GPU."""
-    n = max(1, min(-(-T // min_chunk), -(-min_programs // B)))
+def _chunking(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32):
+    """Chunk length and count for the parallel kernel: enough programs to fill a GPU, and a
+    per-chunk workspace (``ws_per_chunk`` floats per sequence and chunk) of at most twice the size
+    of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K."""
+    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), (2 * (T + 1) * C) // ws_per_chunk))
     ch = -(-T // n)
     return ch, -(-T // ch)
 
@@ -574,8 +576,8 @@ def launch_streaming_triton_backward(
     p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
-    ch, nch = _chunking(B, T)
     dur_tr = transition.dim() == 3
+    ch, nch = _chunking(B, T, C, K_eff * C * C if dur_tr else K_eff * C + C * C)
     warps = auto_num_warps(B, C, K_eff, dur_tr) if num_warps is None else num_warps
     lzb = torch.empty((B,), device=dev, dtype=torch.float64)
     if not dur_tr and _use_register_ring(C, K_eff, warps, B):
@@ -600,8 +602,9 @@ def launch_streaming_triton_backward(
             x_hat, g, p_start, p_end, wtr, wdb, C, K_eff, ch, nch, T1 * C, T1 * C, T1, T * C,
             C_PAD=c_pad, K_BLOCK=k_block, HAS_PE=proj_end is not None, num_warps=4,
         )
-        g_tr = wtr.sum(1, dtype=torch.float64)
-        g_db = wdb.sum(1, dtype=torch.float64)
+        # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
+        g_tr = wtr.sum(1).double()
+        g_db = wdb.sum(1).double()
     else:
         _beta_duration_tr_kernel[(B,)](
             cum_scores, transition, duration_bias, lengths, ps, pe, lz, alpha_hat,
@@ -615,7 +618,7 @@ def launch_streaming_triton_backward(
             x_hat, g, p_start, wtr, C, K_eff, ch, nch, T1 * C, T * C, T1 * C, T1,
             C_PAD=c_pad, HAS_PS=proj_start is not None, num_warps=4,
         )
-        g_tr = wtr.sum(1, dtype=torch.float64)
+        g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)
     if K_eff < K:
         pad = K - K_eff
