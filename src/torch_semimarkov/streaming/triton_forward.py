@@ -68,7 +68,7 @@ def _use_register_ring(C: int, K_eff: int, num_warps: int, B: int = 1) -> bool:
     return elems <= _REG_RING_ELEMENTS.get(num_warps, 4096)
 
 
-def auto_num_warps(B: int, C: int, K_eff: int, duration_transitions: bool = False) -> int:
+def auto_num_warps(B: int, C: int, K_eff: int, duration_transitions: bool = False, semiring: str = "log") -> int:
     """Warps per program for the sequential kernels, from the H200 sweep in benchmarks/GPU_NOTES.md:
     one program per sequence is latency-bound below a few hundred sequences (more warps shorten a
     step for large rings) and throughput-bound above."""
@@ -79,7 +79,7 @@ def auto_num_warps(B: int, C: int, K_eff: int, duration_transitions: bool = Fals
     if B >= 256:
         return 4
     if elems <= 256:
-        return 1 if c_pad <= 4 else 4
+        return 1 if (c_pad <= 4 or semiring == "max") else 4
     return 8
 
 
@@ -515,14 +515,15 @@ if HAS_TRITON:
         bpc_ptr,  # (B, T+1, C) int32
         last_ptr,  # (B,) int32
         len_ptr,  # (B,)
-        lab_ptr,  # (B, T) int64, pre-filled with -1
-        st_ptr,  # (B, T) int8, pre-filled with 0
+        lab_ptr,  # (B, T) int64 out: labels, -1 past the length
+        st_ptr,  # (B, T) int8 (a bool tensor's bytes) out: 1 where a segment starts
         C,
         T,
         s_bp_b,
         BP_C_AT_END: tl.constexpr,
         PACKED: tl.constexpr,
         K_BLOCK: tl.constexpr,
+        FILL_BLOCK: tl.constexpr,
     ):
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b).to(tl.int32)
@@ -532,6 +533,13 @@ if HAS_TRITON:
         bpc_b = bpc_ptr + b * s_bp_b
         lab_b = lab_ptr + b * T
         st_b = st_ptr + b * T
+        # every output element is written here (no host-side fills)
+        of = tl.arange(0, FILL_BLOCK)
+        for p0 in range(0, T, FILL_BLOCK):
+            pos = p0 + of
+            tl.store(st_b + pos, tl.zeros([FILL_BLOCK], tl.int8), mask=pos < T)
+            tl.store(lab_b + pos, tl.full([FILL_BLOCK], -1, tl.int64), mask=(pos >= L) & (pos < T))
+        tl.debug_barrier()
         t = L
         while t > 0:
             k = tl.load(bpk_b + t * C + c)
@@ -573,7 +581,7 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     is_max = semiring == "max"
     dur_tr = transition.dim() == 3
     if num_warps is None:
-        num_warps = auto_num_warps(B, C, K_eff, dur_tr)
+        num_warps = auto_num_warps(B, C, K_eff, dur_tr, semiring)
     c_pad, k_block = _tile_sizes(C, K_eff)
     full = save_for_backward and not is_max
     R = T + 1 if full else _next_pow2(K_eff + 1)
@@ -701,11 +709,12 @@ def launch_streaming_triton_viterbi(
         cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, num_warps, False)
     B, T1, C = cum_scores.shape
     T = T1 - 1
-    labels = torch.full((B, T), -1, device=cum_scores.device, dtype=torch.int64)
-    starts = torch.zeros((B, T), device=cum_scores.device, dtype=torch.int8)
+    labels = torch.empty((B, T), device=cum_scores.device, dtype=torch.int64)
+    starts = torch.empty((B, T), device=cum_scores.device, dtype=torch.bool)
     lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
     _traceback_kernel[(B,)](
-        bpk, bpc, last, lengths, labels, starts, C, T, (T + 1) * C,
-        BP_C_AT_END=dur_tr, PACKED=packed, K_BLOCK=max(2, min(128, _next_pow2(K_eff))), num_warps=1,
+        bpk, bpc, last, lengths, labels, starts.view(torch.int8), C, T, (T + 1) * C,
+        BP_C_AT_END=dur_tr, PACKED=packed, K_BLOCK=max(2, min(128, _next_pow2(K_eff))),
+        FILL_BLOCK=min(1024, max(32, _next_pow2(T))), num_warps=1,
     )
-    return out.to(cum_scores.dtype), labels, starts.bool()
+    return out.to(cum_scores.dtype), labels, starts
