@@ -1000,3 +1000,27 @@ def test_wide_problems_match_naive_dp(B, T, K, C, interval, dt):
     got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
+
+
+def test_factored_and_direct_recurrences_agree():
+    # a (K, C, C) transition with identical slices is the (C, C) one: the direct recurrence must
+    # reproduce the factored one, and its gradient summed over durations must equal the (C, C) one
+    inp = make_inputs(3, 40, 6, 4, lengths=[40, 27, 3], proj="both", seed=110)
+    K = inp["K"]
+    kcc = dict(inp, transition=inp["transition"].expand(K, -1, -1).clone())
+    up = random_upstream(3, seed=17)
+    a, b = with_grad(inp), with_grad(kcc)
+    out_a, out_b = fwd(a), fwd(b)
+    assert_close(out_b, out_a, msg="log Z")
+    ga, gb = grads_of(out_a, a, up), grads_of(out_b, b, up)
+    for name in ("cum_scores", "duration_bias", "proj_start", "proj_end"):
+        assert_close(gb[name], ga[name], msg=name)
+    assert_close(gb["transition"].sum(0), ga["transition"], msg="transition")
+    ma = semi_crf_streaming_marginals(**inp, use_triton=False)
+    mb = semi_crf_streaming_marginals(**kcc, use_triton=False)
+    for x, y, name in zip(ma, mb, ma._fields):
+        assert_close(y, x, msg=name)
+    va = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    vb = semi_crf_streaming_viterbi(**kcc, use_triton=False)
+    assert_close(vb.scores, va.scores, msg="viterbi")
+    assert va.segments == vb.segments
