@@ -7,6 +7,7 @@ kernel. The checks are cheap: one pass over each tensor for NaN/Inf, no per-posi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,7 +55,8 @@ def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-def _check_float_tensor(name: str, t, allow_neg_inf: bool = False) -> None:
+def _check_float_tensor(name: str, t) -> None:
+    """Type and dtype of a float input (cheap: no data is read)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.float32, torch.float64):
@@ -62,14 +64,38 @@ def _check_float_tensor(name: str, t, allow_neg_inf: bool = False) -> None:
             f"{name} must be float32 or float64, got {t.dtype}; half precision loses the "
             "precision the log-partition needs (cast with .float())"
         )
+
+
+def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
+    n_nan = int(torch.isnan(t).sum())
     if allow_neg_inf:
-        bad = torch.isnan(t) | (t == float("inf"))
-        if bool(bad.any()):
-            raise ValueError(f"{name} contains NaN or +inf values (-inf is allowed and forbids a move)")
-    elif not bool(torch.isfinite(t).all()):
-        n_nan = int(torch.isnan(t).sum())
-        n_inf = int(torch.isinf(t).sum())
-        raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+        n_inf = int((t == float("inf")).sum())
+        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed and forbids a move)")
+    n_inf = int(torch.isinf(t).sum())
+    raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+
+
+def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
+    """NaN/Inf in the float inputs and the range of lengths, with ONE device-to-host transfer.
+
+    ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
+    minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
+    """
+    stats = [torch.stack(torch.aminmax(t.detach())).to(torch.float64) for _, t, _ in floats if t.numel()]
+    stats.append(torch.stack(torch.aminmax(lengths.detach())).to(torch.float64))
+    values = torch.cat(stats).tolist()
+    lo, hi = int(values[-2]), int(values[-1])
+    i = 0
+    for name, t, allow_neg_inf in floats:
+        if not t.numel():
+            continue
+        t_min, t_max = values[i], values[i + 1]
+        i += 2
+        bad = math.isnan(t_min) or math.isnan(t_max) or t_max == math.inf or (t_min == -math.inf and not allow_neg_inf)
+        if bad:
+            _raise_non_finite(name, t, allow_neg_inf)
+    if lo < 1 or hi > T:
+        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
 
 
 def validate_streaming_inputs(
@@ -122,7 +148,7 @@ def validate_streaming_inputs(
     device = cum_scores.device
     dtype = cum_scores.dtype
 
-    _check_float_tensor("transition", transition, allow_neg_inf=True)
+    _check_float_tensor("transition", transition)
     if transition.dim() == 2:
         if tuple(transition.shape) != (C, C):
             raise ValueError(
@@ -136,7 +162,7 @@ def validate_streaming_inputs(
     else:
         raise ValueError(f"transition must have shape (C, C) or (K, C, C), got {_shape(transition)}")
 
-    _check_float_tensor("duration_bias", duration_bias, allow_neg_inf=True)
+    _check_float_tensor("duration_bias", duration_bias)
     if tuple(duration_bias.shape) != (K, C):
         raise ValueError(
             f"duration_bias must have shape (K, C) = ({K}, {C}), got {_shape(duration_bias)}"
@@ -151,10 +177,6 @@ def validate_streaming_inputs(
         raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
     if lengths.dim() != 1 or lengths.shape[0] != B:
         raise ValueError(f"lengths must have shape (batch,) = ({B},), got {_shape(lengths)}")
-    lengths_cpu = lengths.detach().to("cpu")
-    lo, hi = int(lengths_cpu.min()), int(lengths_cpu.max())
-    if lo < 1 or hi > T:
-        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
 
     for name, p in (("proj_start", proj_start), ("proj_end", proj_end)):
         if p is None:
@@ -162,6 +184,10 @@ def validate_streaming_inputs(
         _check_float_tensor(name, p)
         if tuple(p.shape) != (B, T, C):
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
+
+    floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
+    floats += [(name, p, False) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
+    _check_values(floats, lengths, T)
 
     if checkpoint_interval is not None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
