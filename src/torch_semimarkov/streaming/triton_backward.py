@@ -3,16 +3,18 @@
 Two launches, no atomics, every output element written by exactly one program:
 
 1. ``_beta_*_kernel`` (grid (B,)): one program per sequence runs the backward recurrence from
-   t = L down to 0 with the same per-step normalisation as the forward (``beta_hat``, float64
-   frames ``G``), stores ``X_hat_t`` (B, T+1, C) and writes ``P_end`` (and, for a static
-   transition, ``P_start``) for each position directly.
-2. ``_shared_*_kernel`` (grid (B, n_chunks)): fully parallel over chunks of positions, sums the
-   transition and duration marginals of its chunk in registers and writes them once to a
-   per-(sequence, chunk) workspace. The host reduces the workspace over chunks in a fixed order,
-   so the result is bitwise reproducible.
+   t = L down to 0 with the same normalisation as the forward (``beta_hat``, float64 frames ``G``)
+   and stores ``Y_t = pe_{t-1} + beta_hat_t`` (B, T+1, C) and, for a static transition, the
+   backward's own log Z = LSE_c(u_0 + v_0).
+2. ``_shared_*_kernel`` (grid (B, n_chunks)): fully parallel over chunks of positions; writes
+   P_start and P_end of its positions and sums the transition and duration marginals of its chunk
+   in registers, written once to a per-(sequence, chunk) workspace. The host reduces the workspace
+   over chunks in a fixed order, so the result is bitwise reproducible.
 
-Every marginal is ``exp(hat values + (frame sum - log Z))``: the frames and log Z are combined in
-float64 and only the small remainder is cast to float32.
+Every marginal is ``exp(hat values + (frame sum - log Z))``: frames and log Z are combined in
+float64 and only the small remainder is cast to float32. For a static transition, log Z at
+position p is interpolated between the forward's and the backward's values (see
+``_shared_factored_kernel``), which keeps the marginals consistent at T = 10^6.
 """
 
 from __future__ import annotations

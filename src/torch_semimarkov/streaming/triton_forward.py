@@ -4,22 +4,26 @@ The kernels follow ``ALGORITHM.md`` §2 (factored recurrence for a static (C, C)
 direct O(K·C²) recurrence for a duration-dependent (K, C, C) one) and §5 (float32 numerics).
 
 One program owns one sequence and loops t = 1 .. L_b over that sequence's own length, so ragged
-batches need no masking in time. Every step:
+batches need no masking in time. Every step of the factored kernels:
 
 * ``u_s = LSE_{c'}(alpha_s(c') + Tr[c', c])`` on a (C_PAD, C_PAD) register tile;
-* ``W_s = u_s - S_s + ps_s`` is written to a row of a per-sequence global buffer (L1/L2 resident);
-* ``alpha_t = S_t + pe_{t-1} + LSE_k(W_{t-k} + D[k-1])`` over (K_BLOCK, C_PAD) tiles with an
-  online log-sum-exp.
+* ``U_s = u_s + ps_s`` enters a ring of the last K positions: in registers
+  (``_fwd_factored_reg_kernel``, rings up to 8192 elements, small batches) or in a per-sequence
+  global buffer read back as (K_BLOCK, C_PAD) tiles (``_fwd_factored_kernel``);
+* ``alpha_t = pe_{t-1} + LSE_k(U_{t-k} + D[k-1] + S_t - S_{t-k})`` with an online log-sum-exp.
+  The segment sum ``S_t - S_{t-k}`` is formed before anything is added to it, so the size of S
+  (O(sqrt T) after zero-centring, O(T) without) never costs float32 precision.
 
-Numerics: alpha is re-normalised at every step (``alpha_hat = alpha - F_t`` with ``max alpha_hat =
-0``) and the shift ``F_t`` is accumulated in float64. Each stored row keeps the frame of the step
-that wrote it; a reader adds the float64 frame difference, cast to float32, so no stored value
-ever holds more than one step's growth.
+Numerics: alpha is kept as ``alpha_hat = alpha - F_t`` with the shift ``F_t`` accumulated in
+float64 at every step; each ring row keeps the frame of the step that wrote it and a reader adds
+the float64 frame difference cast to float32, so no stored value holds more than a few steps'
+growth. Logs use libdevice's (unbiased to 1 ulp) on the GPU.
 
-When the forward is run for a backward pass (``save_for_backward=True``) the buffers hold every
-position: ``W_hat`` (B, T, C), ``alpha_hat`` (B, T+1, C) and the frames ``F`` (B, T+1) float64. The
-backward reads them instead of recomputing, which keeps its work at two sweeps. Otherwise a ring
-of R >= K+1 rows is used (O(K·C) memory per sequence).
+With ``save_for_backward=True`` (log semiring) every position is kept for the backward:
+``alpha_hat`` and ``U_hat`` in one (2, B, T+1, C) float32 tensor and the frames in (B, T+1) float64,
+O(T·C) per sequence like the gradient itself; the backward then needs no recomputation.
+The max semiring stores backpointers (B, T+1, C) int32 and ``_traceback_kernel`` decodes them on
+the GPU.
 """
 
 from __future__ import annotations
