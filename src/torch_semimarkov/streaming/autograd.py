@@ -228,14 +228,15 @@ def semi_crf_streaming_forward(
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
     )
+    tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if not needs_grad:
+        return _score_no_grad(inp, semiring, use_triton, num_warps, checkpoint_interval)
     if semiring == "max":
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
             use_triton, num_warps,
         )
-    tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
-        return _log_partition_no_grad(inp, use_triton, num_warps, checkpoint_interval)
     fn = _function_for(inp, use_triton)
     return fn.apply(
         inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
@@ -243,15 +244,15 @@ def semi_crf_streaming_forward(
     )
 
 
-def _log_partition_no_grad(inp: StreamingInputs, use_triton: bool, num_warps: int, checkpoint_interval):
-    """log Z without keeping anything for a backward pass."""
-    args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, "log", inp.proj_start, inp.proj_end)
+def _score_no_grad(inp: StreamingInputs, semiring: str, use_triton: bool, num_warps: int, checkpoint_interval):
+    """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
+    args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
     with torch.no_grad():
         if _can_use_triton(inp, use_triton):
-            log_z = _triton_launchers()[0](*args, checkpoint_interval, num_warps, save_for_backward=False)[0]
+            score = _triton_launchers()[0](*args, checkpoint_interval, num_warps, save_for_backward=False)[0]
         else:
-            log_z = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
-    return log_z.to(inp.cum_scores.dtype)
+            score = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
+    return score.to(inp.cum_scores.dtype)
 
 
 class _ViterbiScore(torch.autograd.Function):
@@ -369,9 +370,11 @@ def semi_crf_streaming_viterbi(
             scores, labels, starts = _triton_launchers()[2](*args, num_warps=num_warps)
         else:
             scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
-    labels_np = labels.cpu().numpy()
-    starts_np = starts.cpu().numpy()
-    lens = inp.lengths.tolist()
+    # one device-to-host transfer for labels, segment starts and lengths
+    host = torch.cat([labels, starts.to(labels.dtype), inp.lengths[:, None]], 1).cpu().numpy()
+    T = labels.shape[1]
+    labels_np, starts_np = host[:, :T], host[:, T : 2 * T].astype(bool)
+    lens = host[:, 2 * T].tolist()
     segments = [segments_from_boundaries(labels_np[b], starts_np[b], lens[b]) for b in range(len(lens))]
     return ViterbiResult(scores, labels, segments)
 
