@@ -140,7 +140,7 @@ class SemiCRFStreaming(_StreamingFunction):
         )
 
     @staticmethod
-    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=4):
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=None):
         return SemiCRFStreaming._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
 
     @staticmethod
@@ -168,12 +168,19 @@ class SemiCRFStreamingTriton(_StreamingFunction):
         )
 
     @staticmethod
-    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=4):
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=None):
         return SemiCRFStreamingTriton._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
 
     @staticmethod
     def backward(ctx, grad_output):
         return SemiCRFStreamingTriton._backward(ctx, grad_output)
+
+
+def _check_num_warps(num_warps) -> None:
+    if num_warps is None:
+        return
+    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
 
 
 def _function_for(inp: StreamingInputs, use_triton: bool):
@@ -190,7 +197,7 @@ def semi_crf_streaming_forward(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     use_triton: bool = True,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
@@ -208,7 +215,8 @@ def semi_crf_streaming_forward(
         proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
             its last position) at a position.
         use_triton: use the Triton kernels when the tensors are on CUDA.
-        num_warps: Triton warps per program.
+        num_warps: Triton warps per program; None (default) picks them from the problem size
+            (measured best per ring size on an H200); an int forces that many.
         checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
 
     Returns:
@@ -225,6 +233,7 @@ def semi_crf_streaming_forward(
         >>> log_z.sum().backward(); transition.grad.shape
         torch.Size([4, 4])
     """
+    _check_num_warps(num_warps)
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
     )
@@ -338,7 +347,7 @@ def semi_crf_streaming_viterbi(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     use_triton: bool = True,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
     *,
     _validated: Optional[StreamingInputs] = None,
@@ -359,6 +368,7 @@ def semi_crf_streaming_viterbi(
         >>> out.segments[0][0].start, out.segments[0][-1].end
         (0, 12)
     """
+    _check_num_warps(num_warps)
     inp = _validated or validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, checkpoint_interval
     )
@@ -407,7 +417,7 @@ def semi_crf_streaming_marginals(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     use_triton: bool = True,
-    num_warps: int = 4,
+    num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
@@ -425,6 +435,7 @@ def semi_crf_streaming_marginals(
         >>> bool(torch.allclose(m.position.sum(-1), torch.ones(1, 20)))
         True
     """
+    _check_num_warps(num_warps)
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
     )
