@@ -195,3 +195,90 @@ def test_viterbi_ties_break_to_smallest_index():
     # final label 0, then duration 1 at every step, source label 0
     assert labels[0].tolist() == [0] * T
     assert starts[0].tolist() == [True] * T
+
+
+# --- checkpointed backward: the forward saves checkpoints every `interval` positions and the
+# backward recomputes every position from them. Ragged lengths put interval ends past some lengths.
+CKPT_CASES = [
+    (3, 12, 3, 5, [12, 1, 5], "both", False),  # intervals of 2, 3, 7 end past lengths 1 and 5
+    (2, 8, 3, 3, [8, 3], "both", True),  # (K, C, C): one kernel whatever the ring fixture says
+]
+CKPT_IDS = ["B3-T12-K3-C5-ragged-both", "B2-T8-K3-C3-ragged-both-KCC"]
+INTERVALS = [1, 2, 3, 7, 50]  # 50 > T: one checkpoint (the initial state) per sequence
+
+
+def _skip_duplicate(case, ring):
+    if case[6] and ring != "register-ring":
+        pytest.skip("(K, C, C) transitions use one kernel for every ring setting")
+
+
+def _save_all_state(v):
+    """The forward run in save-all mode: every position's alpha_hat / U_hat and frames."""
+    out, (saved, frames, _), _ = tf._forward_impl(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", v.proj_start, v.proj_end,
+        None, True, save_all=True)
+    return out, saved, frames
+
+
+@pytest.mark.parametrize("case", CKPT_CASES, ids=CKPT_IDS)
+def test_recompute_reproduces_save_all_forward_bitwise(case, ring):
+    _skip_duplicate(case, ring)
+    inp = _inputs(case, seed=6)
+    v = validate_streaming_inputs(**inp)
+    args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+    z_all, saved, frames = _save_all_state(v)
+    T = v.cum_scores.shape[1] - 1
+    for interval in INTERVALS:
+        z, ck32, delta, ck64 = tf.launch_streaming_triton_kernel(*args, "log", v.proj_start, v.proj_end, interval)
+        assert delta == min(interval, T)
+        assert ck32.shape[1] == -(-T // delta) and ck64.shape[1] == ck32.shape[1]
+        assert torch.equal(z, z_all.to(z.dtype))
+        got, got_f = tf.recompute_forward_state(*args, ck32, ck64, delta, v.proj_start, v.proj_end)
+        for b, L in enumerate(v.lengths.tolist()):
+            assert torch.equal(got[0, b, :L + 1], saved[0, b, :L + 1]), (interval, b, "alpha_hat")
+            if saved.shape[0] > 1:  # U_hat exists for positions 0 .. L-1
+                assert torch.equal(got[1, b, :L], saved[1, b, :L]), (interval, b, "U_hat")
+            assert torch.equal(got_f[b, :L + 1], frames[b, :L + 1]), (interval, b, "frames")
+
+
+@pytest.mark.parametrize("case", CKPT_CASES, ids=CKPT_IDS)
+def test_backward_checkpoint_intervals_match_save_all_and_oracle(case, ring, monkeypatch):
+    _skip_duplicate(case, ring)
+    inp = _inputs(case, seed=7)
+    v = validate_streaming_inputs(**inp)
+    args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+    log_z, start, end, _, _ = naive_marginals(**inp)
+    ref_tr, ref_db = _oracle_param_grads(inp)
+    results = []
+    for interval in INTERVALS:
+        z, ck32, delta, ck64 = tf.launch_streaming_triton_kernel(*args, "log", v.proj_start, v.proj_end, interval)
+        results.append(tb.launch_streaming_triton_backward(*args, z, ck32, delta, ck64, v.proj_start, v.proj_end))
+    # the backward on the save-all forward's state (no recompute)
+    z_all, saved, frames = _save_all_state(v)
+    monkeypatch.setattr(tb, "recompute_forward_state", lambda *a, **k: (saved, frames))
+    expected = tb.launch_streaming_triton_backward(*args, z_all.float(), saved, 1, frames, v.proj_start, v.proj_end)
+    names = ("P_start", "P_end", "transition", "duration_bias")
+    for interval, got in zip(INTERVALS, results):
+        for name, a, e in zip(names, got, expected):
+            assert torch.equal(a, e), (interval, name)
+    assert_close(z_all, log_z, atol=1e-5, rtol=1e-6, msg="log Z")
+    p_start, p_end, g_tr, g_db = expected
+    assert_close(p_start, start, atol=2e-6, rtol=1e-5, msg="P_start")
+    assert_close(p_end, end, atol=2e-6, rtol=1e-5, msg="P_end")
+    assert_close(g_tr, ref_tr, atol=1e-5, rtol=1e-5, msg="transition")
+    assert_close(g_db, ref_db, atol=1e-5, rtol=1e-5, msg="duration_bias")
+
+
+def test_checkpoint_memory_is_sublinear_in_T():
+    """Saved state between forward and backward: O((T / interval)·K·C), not O(T·C)."""
+    inp = make_inputs(1, 200, 2, 3, dtype=torch.float32, seed=8)
+    v = validate_streaming_inputs(**inp)
+    z, ck32, delta, ck64 = tf.launch_streaming_triton_kernel(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log")
+    assert delta == 20  # max(K, int(sqrt(T·K)))
+    saved_bytes = ck32.numel() * 4 + ck64.numel() * 8
+    save_all_bytes = 2 * 201 * 3 * 4 + 201 * 8
+    assert saved_bytes * 5 < save_all_bytes
+    _, none_state, _, _ = tf.launch_streaming_triton_kernel(
+        v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", save_for_backward=False)
+    assert none_state is None

@@ -23,7 +23,16 @@ from typing import Optional
 
 import torch
 
-from .triton_forward import HAS_TRITON, REBASE, _log, _next_pow2, _tile_sizes, _use_register_ring, auto_num_warps
+from .triton_forward import (
+    HAS_TRITON,
+    REBASE,
+    _log,
+    _next_pow2,
+    _tile_sizes,
+    _use_register_ring,
+    auto_num_warps,
+    recompute_forward_state,
+)
 
 if HAS_TRITON:
     import triton
@@ -535,9 +544,11 @@ def launch_streaming_triton_backward(
         cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end: the forward inputs.
         log_Z: (B,) from ``launch_streaming_triton_kernel`` (any float dtype; the kernel uses the
             float64 value recomputed from the saved state).
-        ring_checkpoints: the saved state tensor returned by the forward.
-        checkpoint_interval: as returned by the forward (unused).
-        log_norm_checkpoints: the (B, T+1) float64 frames returned by the forward.
+        ring_checkpoints: the float32 checkpoints returned by the forward.
+        checkpoint_interval: as returned by the forward.
+        log_norm_checkpoints: the float64 checkpoints returned by the forward.
+        num_warps: the forward's (None picks the same value as the forward's None): the
+            recompute must run the forward's kernel with the forward's reduction layout.
 
     Returns:
         ``(p_start (B, T, C), p_end (B, T, C), grad_transition (B, C, C) or (B, K, C, C),
@@ -549,12 +560,15 @@ def launch_streaming_triton_backward(
         >>> p_start, p_end, g_tr, g_db = launch_streaming_triton_backward(
         ...     S, tr, db, lens, K, z, st, dt, fr)  # doctest: +SKIP
     """
-    del checkpoint_interval
     if ring_checkpoints is None or log_norm_checkpoints is None:
         raise ValueError("the forward was run without save_for_backward")
-    alpha_hat = ring_checkpoints[0]
-    w_hat = ring_checkpoints[1] if ring_checkpoints.shape[0] > 1 else None
-    frames = log_norm_checkpoints
+    # every position's alpha_hat / U_hat and frames, recomputed interval by interval from the
+    # checkpoints into a transient buffer (freed when this function returns)
+    saved, frames = recompute_forward_state(
+        cum_scores, transition, duration_bias, lengths, K, ring_checkpoints, log_norm_checkpoints,
+        checkpoint_interval, proj_start, proj_end, num_warps)
+    alpha_hat = saved[0]
+    w_hat = saved[1] if saved.shape[0] > 1 else None
     cum_scores = cum_scores.contiguous()
     transition = transition.contiguous()
     duration_bias = duration_bias.contiguous()

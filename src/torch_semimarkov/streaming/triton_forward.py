@@ -28,6 +28,7 @@ the GPU.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple, Optional
 
@@ -135,6 +136,8 @@ if HAS_TRITON:
         bpc_ptr,  # (B, T+1, C) int32: argmax source label of u_s at s (IS_MAX)
         out_ptr,  # (B,) float64: log Z or the best score
         last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
+        ck_ptr,  # (B, NCK, K*C + C_PAD) float32 checkpoints: rows s-K .. s-1, alpha_hat_s
+        ckf_ptr,  # (B, NCK, K + 1) float64 checkpoints: their frames, F_s
         C,
         K,
         R,
@@ -144,19 +147,41 @@ if HAS_TRITON:
         s_a_b,
         s_f_b,
         s_bp_b,
+        DELTA,
+        NCK,
         C_PAD: tl.constexpr,
         K_BLOCK: tl.constexpr,
         IS_MAX: tl.constexpr,
         HAS_PS: tl.constexpr,
         HAS_PE: tl.constexpr,
         STORE_ALPHA: tl.constexpr,
+        CKPT: tl.constexpr = False,
+        RESTORE: tl.constexpr = False,
     ):
+        """Factored forward with the ring of the last K U_hat rows in global memory (row s % R).
+
+        CKPT saves, at every s = i·DELTA < L, the rows of positions s-K .. s-1, their frames,
+        alpha_hat_s and F_s. RESTORE (grid (B, NCK), R = T+1, STORE_ALPHA) restarts program (b, i)
+        from checkpoint i: rows before i·DELTA are read from the checkpoint, later ones from the
+        rows it writes itself, so intervals never read each other's output.
+        """
         MASK: tl.constexpr = -1e30
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b).to(tl.int32)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
+        CK32 = K * C + C_PAD
+        t0 = 0
+        t_end = L
+        if RESTORE:
+            t0 = tl.program_id(1) * DELTA
+            t_end = tl.minimum(t0 + DELTA, L)
+            ck_b = ck_ptr + (b * NCK + tl.program_id(1)) * CK32
+            ckf_b = ckf_ptr + (b * NCK + tl.program_id(1)) * (K + 1)
+        else:
+            ck_b = ck_ptr + b * NCK * CK32
+            ckf_b = ckf_ptr + b * NCK * (K + 1)
         cum_b = cum_ptr + b * s_cum_b
         w_b = w_ptr + b * s_w_b
         a_b = a_ptr + b * s_a_b
@@ -170,14 +195,36 @@ if HAS_TRITON:
         tr = tl.load(
             tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
-        alpha = tl.where(mc, 0.0, MASK)
-        F = tl.zeros([1], dtype=tl.float64)
-        F = tl.sum(F, 0)
+        if RESTORE:
+            # intervals starting at or past L have no checkpoint (and run no step)
+            live = tl.where(t0 < L, 1, 0)
+            alpha = tl.load(ck_b + K * C + oc, mask=oc < live * C_PAD, other=MASK)
+            F = tl.sum(tl.load(ckf_b + K + oc * 0, mask=oc < live, other=0.0), 0)
+        else:
+            alpha = tl.where(mc, 0.0, MASK)
+            F = tl.zeros([1], dtype=tl.float64)
+            F = tl.sum(F, 0)
         if STORE_ALPHA:
-            tl.store(a_b + oc, alpha, mask=mc)
+            if t0 == 0:
+                tl.store(a_b + oc, alpha, mask=mc)
 
-        for t in range(1, L + 1):
+        for t in range(t0 + 1, t_end + 1):
             s = t - 1
+            if CKPT:
+                if s % DELTA == 0:
+                    # rows of positions s-K .. s-1 (the ones steps >= t read), then alpha_hat_s, F_s
+                    cks = ck_b + (s // DELTA) * CK32
+                    ckfs = ckf_b + (s // DELTA) * (K + 1)
+                    for kb in range(0, K, K_BLOCK):
+                        j = kb + ok
+                        p = s - K + j
+                        vj = (j < K) & (p >= 0)
+                        rp = tl.where(vj, p, 0) % R
+                        rows = tl.load(w_b + rp[:, None] * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK)
+                        tl.store(cks + j[:, None] * C + oc[None, :], rows, mask=vj[:, None] & mc[None, :])
+                        tl.store(ckfs + j, tl.load(f_b + rp, mask=vj, other=0.0), mask=vj)
+                    tl.store(cks + K * C + oc, alpha)
+                    tl.store(ckfs + K, F)
             # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c], in frame F_s
             x = alpha[:, None] + tr
             mx = tl.max(x, 0)
@@ -210,8 +257,20 @@ if HAS_TRITON:
                 vk = k <= k_lim
                 row = (t - k) % R
                 m2 = vk[:, None] & mc[None, :]
-                wv = tl.load(w_b + row[:, None] * C + oc[None, :], mask=m2, other=MASK)
-                fr = tl.load(f_b + row, mask=vk, other=0.0)
+                if RESTORE:
+                    # positions before t0 come from the checkpoint (row j = position - t0 + K)
+                    own = (t - k) >= t0
+                    jc = tl.where(own, 0, t - k - t0 + K)
+                    wv = tl.where(
+                        own[:, None],
+                        tl.load(w_b + row[:, None] * C + oc[None, :], mask=m2 & own[:, None], other=MASK),
+                        tl.load(ck_b + jc[:, None] * C + oc[None, :], mask=m2 & (~own)[:, None], other=MASK),
+                    )
+                    fr = tl.where(own, tl.load(f_b + row, mask=vk & own, other=0.0),
+                                  tl.load(ckf_b + jc, mask=vk & (~own), other=0.0))
+                else:
+                    wv = tl.load(w_b + row[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                    fr = tl.load(f_b + row, mask=vk, other=0.0)
                 d = (fr - F).to(tl.float32)
                 dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
                 seg = (s_t[None, :] - tl.load(cum_b + (t - k[:, None]) * C + oc[None, :], mask=m2, other=0.0)).to(tl.float32)
@@ -241,14 +300,16 @@ if HAS_TRITON:
             if STORE_ALPHA:
                 tl.store(a_b + t * C + oc, alpha, mask=mc)
 
-        tl.store(f_b + L % R, F)
-        am = tl.max(alpha, 0)
-        if IS_MAX:
-            tl.store(out_ptr + b, F + am.to(tl.float64))
-            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
-        else:
-            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
-            tl.store(out_ptr + b, F + lz.to(tl.float64))
+        if (t0 < L) & (t_end == L):
+            tl.store(f_b + L % R, F)
+        if not RESTORE:
+            am = tl.max(alpha, 0)
+            if IS_MAX:
+                tl.store(out_ptr + b, F + am.to(tl.float64))
+                tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+            else:
+                lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
+                tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
     def _fwd_factored_reg_kernel(
@@ -264,6 +325,8 @@ if HAS_TRITON:
         bp_ptr,  # (B, T+1, C) int32 out: packed backpointer k * 65536 + c_prev at t (IS_MAX)
         out_ptr,  # (B,) float64: log Z or the best score
         last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
+        ck_ptr,  # (B, NCK, K_PAD*C_PAD + C_PAD) float32 checkpoints: ring, alpha_hat (CKPT / RESTORE)
+        ckf_ptr,  # (B, NCK, K_PAD + 1) float64 checkpoints: ring frames, F (CKPT / RESTORE)
         C,
         K,
         s_cum_b,
@@ -271,6 +334,8 @@ if HAS_TRITON:
         s_w_b,
         s_f_b,
         s_bp_b,
+        DELTA,
+        NCK,
         C_PAD: tl.constexpr,
         K_PAD: tl.constexpr,
         IS_MAX: tl.constexpr,
@@ -278,6 +343,8 @@ if HAS_TRITON:
         HAS_PE: tl.constexpr,
         STORE: tl.constexpr,
         REBASE: tl.constexpr,
+        CKPT: tl.constexpr = False,
+        RESTORE: tl.constexpr = False,
     ):
         """Factored forward with the ring of K_PAD rows held in registers.
 
@@ -290,13 +357,29 @@ if HAS_TRITON:
         alpha_t's reduction uses older ring rows and the normalising shift of alpha_t is the
         maximum of alpha_hat_{t-1}, so both run beside the critical path; per-position rows are
         loaded one step ahead.
+
+        Checkpoints (log semiring): with CKPT the state at every position s = i·DELTA < L (ring,
+        ring frames, alpha_hat, F) is saved to checkpoint i. With RESTORE (grid (B, NCK)) program
+        (b, i) restores checkpoint i and runs positions i·DELTA .. min((i+1)·DELTA, L) with the
+        same operations in the same order, so with STORE it rewrites exactly the forward's values.
         """
         MASK: tl.constexpr = -1e30
+        CK32: tl.constexpr = K_PAD * C_PAD + C_PAD
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b).to(tl.int32)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         oj = tl.arange(0, K_PAD)
+        t0 = 0
+        t_end = L
+        if RESTORE:
+            t0 = tl.program_id(1) * DELTA
+            t_end = tl.minimum(t0 + DELTA, L)
+            ck_b = ck_ptr + (b * NCK + tl.program_id(1)) * CK32
+            ckf_b = ckf_ptr + (b * NCK + tl.program_id(1)) * (K_PAD + 1)
+        else:
+            ck_b = ck_ptr + b * NCK * CK32
+            ckf_b = ckf_ptr + b * NCK * (K_PAD + 1)
         cum_b = cum_ptr + b * s_cum_b
         ps_b = ps_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
@@ -310,27 +393,48 @@ if HAS_TRITON:
             tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
         d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
-        alpha = tl.where(mc, 0.0, MASK)
+        if RESTORE:
+            # intervals starting at or past L have no checkpoint (and run no step)
+            live = tl.where(t0 < L, 1, 0)
+            lc = oc < live * C_PAD
+            lj = oj < live * K_PAD
+            alpha = tl.load(ck_b + K_PAD * C_PAD + oc, mask=lc, other=MASK)
+            F = tl.sum(tl.load(ckf_b + K_PAD + oj * 0, mask=oj < live, other=0.0), 0)
+            ring = tl.load(ck_b + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
+            rfr = tl.load(ckf_b + oj, mask=lj, other=0.0)
+            s_ref = tl.load(cum_b + (t0 // REBASE) * REBASE * C + oc, mask=mc, other=0.0).to(tl.float32)
+            s_prev = tl.load(cum_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        else:
+            alpha = tl.where(mc, 0.0, MASK)
+            F = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+            ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
+            rfr = tl.zeros([K_PAD], dtype=tl.float64)
+            s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
+            s_prev = s_ref
         shift = tl.max(alpha, 0)
-        F = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         if STORE:
-            tl.store(a_b + oc, alpha, mask=mc)
-        ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
-        rfr = tl.zeros([K_PAD], dtype=tl.float64)
+            if t0 == 0:
+                tl.store(a_b + oc, alpha, mask=mc)
         if IS_MAX:
             bring = tl.zeros([K_PAD, C_PAD], dtype=tl.int32)
-        s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
-        s_prev = s_ref
-        nxt_s = tl.load(cum_b + C + oc, mask=mc, other=0.0).to(tl.float32)
+        nxt_s = tl.load(cum_b + (t0 + 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
         nxt_ps = tl.zeros([C_PAD], dtype=tl.float32)
         nxt_pe = tl.zeros([C_PAD], dtype=tl.float32)
         if HAS_PS:
-            nxt_ps = tl.load(ps_b + oc, mask=mc, other=0.0).to(tl.float32)
+            nxt_ps = tl.load(ps_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         if HAS_PE:
-            nxt_pe = tl.load(pe_b + oc, mask=mc, other=0.0).to(tl.float32)
+            nxt_pe = tl.load(pe_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         k_max = tl.minimum(K, L)
-        for t in range(1, L + 1):
+        for t in range(t0 + 1, t_end + 1):
             s = t - 1
+            if CKPT:
+                if s % DELTA == 0:
+                    # the state before step t: restarting here reproduces every later value
+                    cks = ck_b + (s // DELTA) * CK32
+                    tl.store(cks + oj[:, None] * C_PAD + oc[None, :], ring)
+                    tl.store(cks + K_PAD * C_PAD + oc, alpha)
+                    tl.store(ckf_b + (s // DELTA) * (K_PAD + 1) + oj, rfr)
+                    tl.store(ckf_b + (s // DELTA) * (K_PAD + 1) + K_PAD, F)
             s_t = nxt_s
             ps_s = nxt_ps
             pe_s = nxt_pe
@@ -400,14 +504,16 @@ if HAS_TRITON:
                 s_ref = s_t
 
         if STORE:
-            tl.store(f_b + L, F)
-        am = tl.max(alpha, 0)
-        if IS_MAX:
-            tl.store(out_ptr + b, F + am.to(tl.float64))
-            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
-        else:
-            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
-            tl.store(out_ptr + b, F + lz.to(tl.float64))
+            if (t0 < L) & (t_end == L):
+                tl.store(f_b + L, F)
+        if not RESTORE:
+            am = tl.max(alpha, 0)
+            if IS_MAX:
+                tl.store(out_ptr + b, F + am.to(tl.float64))
+                tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+            else:
+                lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
+                tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
     def _fwd_duration_tr_kernel(
@@ -423,6 +529,8 @@ if HAS_TRITON:
         bpc_ptr,  # (B, T+1, C) int32: argmax source label at t (IS_MAX)
         out_ptr,  # (B,) float64
         last_ptr,  # (B,) int32
+        ck_ptr,  # (B, NCK, K*C) float32 checkpoints: alpha_hat rows s-K+1 .. s
+        ckf_ptr,  # (B, NCK, K) float64 checkpoints: their frames
         C,
         K,
         R,
@@ -431,17 +539,37 @@ if HAS_TRITON:
         s_a_b,
         s_f_b,
         s_bp_b,
+        DELTA,
+        NCK,
         C_PAD: tl.constexpr,
         IS_MAX: tl.constexpr,
         HAS_PS: tl.constexpr,
         HAS_PE: tl.constexpr,
+        CKPT: tl.constexpr = False,
+        RESTORE: tl.constexpr = False,
     ):
+        """Direct O(K·C²) forward for a (K, C, C) transition; alpha_hat rows in a ring of R rows.
+
+        CKPT saves, at every s = i·DELTA < L, the rows of positions s-K+1 .. s and their frames;
+        RESTORE (grid (B, NCK), R = T+1) restarts program (b, i) there, reading positions before
+        i·DELTA from the checkpoint.
+        """
         MASK: tl.constexpr = -1e30
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b).to(tl.int32)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2 = mc[:, None] & mc[None, :]
+        t0 = 0
+        t_end = L
+        if RESTORE:
+            t0 = tl.program_id(1) * DELTA
+            t_end = tl.minimum(t0 + DELTA, L)
+            ck_b = ck_ptr + (b * NCK + tl.program_id(1)) * K * C
+            ckf_b = ckf_ptr + (b * NCK + tl.program_id(1)) * K
+        else:
+            ck_b = ck_ptr + b * NCK * K * C
+            ckf_b = ckf_ptr + b * NCK * K
         cum_b = cum_ptr + b * s_cum_b
         a_b = a_ptr + b * s_a_b
         f_b = f_ptr + b * s_f_b
@@ -450,13 +578,30 @@ if HAS_TRITON:
         bpk_b = bpk_ptr + b * s_bp_b
         bpc_b = bpc_ptr + b * s_bp_b
 
-        alpha = tl.where(mc, 0.0, MASK)
-        F = tl.zeros([1], dtype=tl.float64)
-        F = tl.sum(F, 0)
-        tl.store(a_b + oc, alpha, mask=mc)
-        tl.store(f_b, F)
+        if RESTORE:
+            # intervals starting at or past L have no checkpoint (and run no step)
+            live = tl.where(t0 < L, 1, 0)
+            alpha = tl.load(ck_b + (K - 1) * C + oc, mask=oc < live * C, other=MASK)
+            F = tl.sum(tl.load(ckf_b + K - 1 + oc * 0, mask=oc < live, other=0.0), 0)
+        else:
+            alpha = tl.where(mc, 0.0, MASK)
+            F = tl.zeros([1], dtype=tl.float64)
+            F = tl.sum(F, 0)
+        if t0 == 0:
+            tl.store(a_b + oc, alpha, mask=mc)
+            tl.store(f_b, F)
         tl.debug_barrier()
-        for t in range(1, L + 1):
+        for t in range(t0 + 1, t_end + 1):
+            if CKPT:
+                if (t - 1) % DELTA == 0:
+                    # rows of positions t-K .. t-1 (all that steps >= t read)
+                    cks = ck_b + ((t - 1) // DELTA) * K * C
+                    ckfs = ckf_b + ((t - 1) // DELTA) * K
+                    for j in range(0, K):
+                        p = t - K + j
+                        if p >= 0:
+                            tl.store(cks + j * C + oc, tl.load(a_b + (p % R) * C + oc, mask=mc, other=MASK), mask=mc)
+                            tl.store(ckfs + j, tl.load(f_b + p % R))
             s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
             k_lim = tl.minimum(t, K)
             run_m = tl.full([C_PAD], MASK, tl.float32)
@@ -469,7 +614,17 @@ if HAS_TRITON:
                 s = t - k
                 row = s % R
                 # shape: (C_PAD src,) alpha_hat_s in the current frame
-                av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
+                if RESTORE:
+                    # positions before t0 come from the checkpoint (row j = position - t0 + K - 1)
+                    own = s > t0
+                    jc = tl.where(own, 0, s - t0 + K - 1)
+                    # both addresses are valid (jc = 0 for own rows): load both, select
+                    av_row = tl.where(own, tl.load(a_b + row * C + oc, mask=mc, other=MASK),
+                                      tl.load(ck_b + jc * C + oc, mask=mc, other=MASK))
+                    av_f = tl.where(own, tl.load(f_b + row), tl.load(ckf_b + jc))
+                    av = av_row + (av_f - F).to(tl.float32)
+                else:
+                    av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
                 base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
                 base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
                 if HAS_PS:
@@ -505,13 +660,14 @@ if HAS_TRITON:
             tl.store(f_b + row_t, F)
             tl.debug_barrier()
 
-        am = tl.max(alpha, 0)
-        if IS_MAX:
-            tl.store(out_ptr + b, F + am.to(tl.float64))
-            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
-        else:
-            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
-            tl.store(out_ptr + b, F + lz.to(tl.float64))
+        if not RESTORE:
+            am = tl.max(alpha, 0)
+            if IS_MAX:
+                tl.store(out_ptr + b, F + am.to(tl.float64))
+                tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+            else:
+                lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
+                tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
     def _traceback_kernel(
@@ -568,8 +724,36 @@ def _contig(x):
     return None if x is None else x.contiguous()
 
 
+def _resolve_interval(T: int, K: int, checkpoint_interval: Optional[int]) -> int:
+    """Positions between checkpoints: ``max(K, sqrt(T·K))`` by default (as the PyTorch path),
+    clamped to [1, T]."""
+    interval = checkpoint_interval or max(K, int(math.sqrt(T * K)), 1)
+    return max(1, min(int(interval), max(T, 1)))
+
+
+def _ckpt_sizes(kind: str, C: int, K_eff: int):
+    """Per-checkpoint float32 and float64 element counts of each kernel's restart state."""
+    c_pad = max(4, _next_pow2(C))
+    if kind == "reg":
+        k_pad = max(2, _next_pow2(K_eff))
+        return k_pad * c_pad + c_pad, k_pad + 1
+    if kind == "mem":
+        return K_eff * C + c_pad, K_eff + 1
+    return K_eff * C, K_eff
+
+
+def _kernel_kind(B: int, C: int, K_eff: int, num_warps: int, dur_tr: bool) -> str:
+    """Which forward kernel runs: "dur" ((K, C, C) transitions), "reg" (register ring) or "mem"."""
+    if dur_tr:
+        return "dur"
+    return "reg" if _use_register_ring(C, K_eff, num_warps, B) and C < 65536 else "mem"
+
+
 def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end,
-                  num_warps, save_for_backward):
+                  num_warps, save_for_backward, checkpoint_interval=None, save_all=False):
+    """Runs the forward. ``save_for_backward`` (log semiring) saves checkpoints every
+    ``checkpoint_interval`` positions; ``save_all`` instead saves every position (the layout the
+    backward kernels read; tests compare it with :func:`recompute_forward_state`)."""
     if not HAS_TRITON:
         raise RuntimeError("Triton is not available")
     cum_scores = cum_scores.contiguous()
@@ -587,14 +771,16 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     if num_warps is None:
         num_warps = auto_num_warps(B, C, K_eff, dur_tr, semiring)
     c_pad, k_block = _tile_sizes(C, K_eff)
-    full = save_for_backward and not is_max
+    full = save_all and not is_max
+    ckpt = save_for_backward and not is_max and not full
+    kind = _kernel_kind(B, C, K_eff, num_warps, dur_tr)
     R = T + 1 if full else _next_pow2(K_eff + 1)
     frames = torch.empty((B, R), device=dev, dtype=torch.float64)
     out = torch.empty((B,), device=dev, dtype=torch.float64)
     last = torch.empty((B,), device=dev, dtype=torch.int32)
     # the register-ring kernel packs (k, c_prev) into one int32 per (t, c): one dependent load per
     # segment in the traceback instead of two
-    packed = not dur_tr and _use_register_ring(C, K_eff, num_warps, B) and C < 65536
+    packed = kind == "reg"
     if is_max:
         bpk = torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
         bpc = bpk if packed else torch.empty((B, T + 1, C), device=dev, dtype=torch.int32)
@@ -604,38 +790,114 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
     pe = proj_end if proj_end is not None else cum_scores
     s_p_b = T * C
     grid = (B,)
-    w_hat = None
+    delta = _resolve_interval(T, K_eff, checkpoint_interval)
+    nck = -(-T // delta)
+    if ckpt:
+        n32, n64 = _ckpt_sizes(kind, C, K_eff)
+        ck32 = torch.empty((B, nck, n32), device=dev, dtype=torch.float32)
+        ck64 = torch.empty((B, nck, n64), device=dev, dtype=torch.float64)
+    else:
+        ck32 = torch.empty((1,), device=dev, dtype=torch.float32)
+        ck64 = torch.empty((1,), device=dev, dtype=torch.float64)
     # alpha_hat and W_hat share one allocation so that the backward state is a single tensor
     n_rows = 1 if dur_tr else 2
     saved = torch.empty((n_rows, B, T + 1, C), device=dev, dtype=torch.float32) if full else None
-    if dur_tr:
+    has_ps, has_pe = proj_start is not None, proj_end is not None
+    if kind == "dur":
         alpha_hat = saved[0] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
         _fwd_duration_tr_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, alpha_hat, frames, bpk, bpc,
-            out, last, C, K_eff, R, T1 * C, s_p_b, R * C, R, (T + 1) * C,
-            C_PAD=c_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
-            HAS_PE=proj_end is not None, num_warps=num_warps,
+            out, last, ck32, ck64, C, K_eff, R, T1 * C, s_p_b, R * C, R, (T + 1) * C, delta, nck,
+            C_PAD=c_pad, IS_MAX=is_max, HAS_PS=has_ps, HAS_PE=has_pe, CKPT=ckpt, num_warps=num_warps,
         )
-    elif packed:
+    elif kind == "reg":
         dummy = torch.empty((1,), device=dev, dtype=torch.float32)
         f_out = frames if full else torch.empty((1,), device=dev, dtype=torch.float64)
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe,
-            saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, out, last,
-            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C,
-            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=is_max, HAS_PS=proj_start is not None,
-            HAS_PE=proj_end is not None, STORE=full, REBASE=REBASE, num_warps=num_warps,
+            saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, out, last, ck32, ck64,
+            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C, delta, nck,
+            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=is_max, HAS_PS=has_ps,
+            HAS_PE=has_pe, STORE=full, REBASE=REBASE, CKPT=ckpt, num_warps=num_warps,
         )
     else:
         w_hat = saved[1] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
         alpha_hat = saved[0] if full else torch.empty((1,), device=dev, dtype=torch.float32)
         _fwd_factored_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, w_hat, alpha_hat, frames,
-            bpk, bpc, out, last, C, K_eff, R, T1 * C, s_p_b, R * C, (T + 1) * C, R, (T + 1) * C,
-            C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=is_max, HAS_PS=proj_start is not None,
-            HAS_PE=proj_end is not None, STORE_ALPHA=full, num_warps=num_warps,
+            bpk, bpc, out, last, ck32, ck64, C, K_eff, R, T1 * C, s_p_b, R * C, (T + 1) * C, R,
+            (T + 1) * C, delta, nck,
+            C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=is_max, HAS_PS=has_ps,
+            HAS_PE=has_pe, STORE_ALPHA=full, CKPT=ckpt, num_warps=num_warps,
         )
-    return out, (saved, frames) if full else None, (bpk, bpc, last, K_eff, dur_tr, packed)
+    if full:
+        state = (saved, frames, 1)
+    elif ckpt:
+        state = (ck32, ck64, delta)
+    else:
+        state = None
+    return out, state, (bpk, bpc, last, K_eff, dur_tr, packed)
+
+
+def recompute_forward_state(cum_scores, transition, duration_bias, lengths, K, ck32, ck64, delta,
+                            proj_start=None, proj_end=None, num_warps=None):
+    """Every position's forward state, recomputed from the checkpoints of a ``save_for_backward``
+    forward: one program per (sequence, checkpoint interval) restores its checkpoint and reruns
+    the forward recurrence over its interval, with the same kernel, operations and order as the
+    forward (so the values are the forward's own, bitwise; pass the forward's ``num_warps``).
+
+    Returns ``(saved, frames)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and ``U_hat``
+    ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames`` (B, T+1) float64,
+    the layout the backward kernels read. Positions past a sequence's length are not written.
+    """
+    cum_scores = cum_scores.contiguous()
+    transition = transition.contiguous()
+    duration_bias = duration_bias.contiguous()
+    proj_start = _contig(proj_start)
+    proj_end = _contig(proj_end)
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    K_eff = max(1, min(int(K), T))
+    dur_tr = transition.dim() == 3
+    if num_warps is None:
+        num_warps = auto_num_warps(B, C, K_eff, dur_tr, "log")
+    c_pad, k_block = _tile_sizes(C, K_eff)
+    kind = _kernel_kind(B, C, K_eff, num_warps, dur_tr)
+    nck = ck32.shape[1]
+    if tuple(ck32.shape) != (B, nck, _ckpt_sizes(kind, C, K_eff)[0]) or nck != -(-T // int(delta)):
+        raise ValueError("checkpoints do not match these inputs (same K, num_warps and interval as the forward?)")
+    saved = torch.empty((1 if dur_tr else 2, B, T1, C), device=dev, dtype=torch.float32)
+    frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    ps = proj_start if proj_start is not None else cum_scores
+    pe = proj_end if proj_end is not None else cum_scores
+    i32 = torch.empty((1,), device=dev, dtype=torch.int32)
+    out = torch.empty((1,), device=dev, dtype=torch.float64)
+    has_ps, has_pe = proj_start is not None, proj_end is not None
+    grid = (B, nck)
+    if kind == "dur":
+        _fwd_duration_tr_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe, saved[0], frames, i32, i32,
+            out, i32, ck32, ck64, C, K_eff, T1, T1 * C, T * C, T1 * C, T1, 0, int(delta), nck,
+            C_PAD=c_pad, IS_MAX=False, HAS_PS=has_ps, HAS_PE=has_pe, RESTORE=True, num_warps=num_warps,
+        )
+    elif kind == "reg":
+        _fwd_factored_reg_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe, saved[1], saved[0], frames, i32,
+            out, i32, ck32, ck64, C, K_eff, T1 * C, T * C, T1 * C, T1, 0, int(delta), nck,
+            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=False, HAS_PS=has_ps,
+            HAS_PE=has_pe, STORE=True, REBASE=REBASE, RESTORE=True, num_warps=num_warps,
+        )
+    else:
+        _fwd_factored_kernel[grid](
+            cum_scores, transition, duration_bias, lengths, ps, pe, saved[1], saved[0], frames,
+            i32, i32, out, i32, ck32, ck64, C, K_eff, T1, T1 * C, T * C, T1 * C, T1 * C, T1, 0,
+            int(delta), nck,
+            C_PAD=c_pad, K_BLOCK=k_block, IS_MAX=False, HAS_PS=has_ps,
+            HAS_PE=has_pe, STORE_ALPHA=True, RESTORE=True, num_warps=num_warps,
+        )
+    return saved, frames
 
 
 def launch_streaming_triton_kernel(
@@ -663,27 +925,33 @@ def launch_streaming_triton_kernel(
         K: maximum segment duration.
         semiring: "log" (log Z) or "max" (Viterbi score).
         proj_start, proj_end: optional (B, T, C) boundary scores.
-        checkpoint_interval: accepted for API compatibility; the Triton pair keeps every position
-            (O(T·C) per sequence, the size of the gradient itself) and ignores it.
+        checkpoint_interval: positions between checkpoints (default ``max(K, sqrt(T·K))``, clamped
+            to [1, T]); honoured with ``save_for_backward``.
         num_warps: warps per program (one program per sequence); None picks by size
             (:func:`auto_num_warps`).
         save_for_backward: keep what ``launch_streaming_triton_backward`` needs (log semiring).
 
     Returns:
-        ``(partition (B,) in the input dtype, state, 1, frames)``: ``state`` is one float32 tensor
-        (2, B, T+1, C) holding ``alpha_hat`` and ``W_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for
-        (K, C, C) transitions) and ``frames`` (B, T+1) float64 the per-position log normalisers,
-        so ``alpha_t = alpha_hat_t + frames_t``. Both are None for the max semiring or without
-        ``save_for_backward``. Pass all four to ``launch_streaming_triton_backward``.
+        ``(partition (B,) in the input dtype, ring_checkpoints, checkpoint_interval,
+        log_norm_checkpoints)``. With ``save_for_backward`` (log semiring) the forward saves, at
+        every position ``i·checkpoint_interval < L``, the state its kernel needs to restart
+        exactly there: ``ring_checkpoints`` (B, n, n32) float32 (the last K ring rows and
+        ``alpha_hat``) and ``log_norm_checkpoints`` (B, n, n64) float64 (their frames), with
+        ``n = ceil(T / checkpoint_interval)``: O((T / interval)·K·C) per sequence. Both are None
+        for the max semiring or without ``save_for_backward``. Pass all four, and the same
+        ``num_warps``, to ``launch_streaming_triton_backward``, which recomputes every position
+        from them (:func:`recompute_forward_state`).
 
     Example:
         >>> logZ, state, _, _ = launch_streaming_triton_kernel(S, tr, db, lengths, K)  # doctest: +SKIP
     """
-    del checkpoint_interval
     out, saved, _ = _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring,
-                                  proj_start, proj_end, num_warps, save_for_backward)
-    state, frames = saved if saved is not None else (None, None)
-    return out.to(cum_scores.dtype), state, 1, frames
+                                  proj_start, proj_end, num_warps, save_for_backward, checkpoint_interval)
+    if saved is None:
+        T = cum_scores.shape[1] - 1
+        return out.to(cum_scores.dtype), None, _resolve_interval(T, max(1, min(int(K), T)), checkpoint_interval), None
+    ck32, ck64, delta = saved
+    return out.to(cum_scores.dtype), ck32, delta, ck64
 
 
 def launch_streaming_triton_viterbi(
