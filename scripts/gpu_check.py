@@ -9,6 +9,9 @@ Checks, each printed as one PASS/FAIL line:
 * T = 10^6 (K = 64, C = 8): log Z within 1e-6 relative of the float64 reference, gradients finite
   and consistent (sum of P_end at the last position = 1, sum of start = sum of duration marginals);
 * determinism: 10 repeated forward + backward runs give bitwise-identical outputs;
+* checkpointed recompute: the backward's recomputation from the forward's checkpoints reproduces a
+  save-all forward bitwise (register ring, memory ring, (K, C, C); intervals 1, 7, default, > T),
+  and the gradients are bitwise the same for every interval;
 * the public API (``semi_crf_streaming_forward`` with autograd) on CUDA against the PyTorch path.
 
 The float64 references of the long sequences run in worker processes on the CPU while the GPU
@@ -127,11 +130,15 @@ def run_gpu(inp, dev, dtype=torch.float32, viterbi=False):
              (v.to(dev) if isinstance(v, torch.Tensor) else v)) for k, v in inp.items()}
     v = validate_streaming_inputs(**g)
     common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+    from torch_semimarkov.streaming.triton_forward import recompute_forward_state
+
     z, st, iv, fr = launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end)
     grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
     rows = torch.arange(z.shape[0], device=dev)
     # the kernel's float64 log Z (the returned one is rounded to the input dtype)
-    z64 = fr[rows, v.lengths] + torch.logsumexp(st[0][rows, v.lengths].double(), -1)
+    saved, frames = recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+    z64 = frames[rows, v.lengths] + torch.logsumexp(saved[0][rows, v.lengths].double(), -1)
+    del saved, frames
     out = {"log_z": z, "log_z64": z64, "grads": grads}
     if viterbi:
         out["viterbi"] = launch_streaming_triton_viterbi(*common, v.proj_start, v.proj_end)
@@ -186,6 +193,49 @@ def determinism(ck, dev):
         ck.check(f"determinism x10 {args[:4]} {'KCC' if kw.get('kcc') else ''}", same)
 
 
+def recompute_bitwise(ck, dev):
+    """The backward's recompute from checkpoints equals a save-all forward, bitwise; gradients
+    are bitwise identical for every checkpoint interval."""
+    from torch_semimarkov.streaming import triton_forward as tf
+    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+
+    cases = [((6, 700, 24, 8, 41), dict(lengths="ragged", proj=True), False),
+             ((6, 700, 24, 8, 41), dict(lengths="ragged", proj=True), True),  # memory ring
+             ((3, 900, 100, 24, 42), dict(lengths="ragged"), False),
+             ((3, 200, 7, 5, 43), dict(lengths="ragged", proj=True, kcc=True), False)]
+    for args, kw, force_mem in cases:
+        tf.FORCE_MEMORY_RING = force_mem
+        try:
+            inp = make_case(*args, **kw)
+            g = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+            v = validate_streaming_inputs(**g)
+            common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+            z_all, (saved, frames, _), _ = tf._forward_impl(*common, "log", v.proj_start, v.proj_end, None, True,
+                                                          save_all=True)
+            T = args[1]
+            same_state, same_grads, first = True, True, None
+            for interval in (1, 7, None, T + 5):
+                z, st, iv, fr = tf.launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end, interval)
+                same_state &= bool(torch.equal(z, z_all.float()))
+                got, got_f = tf.recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+                for b, L in enumerate(inp["lengths"].tolist()):
+                    same_state &= bool(torch.equal(got[0, b, :L + 1], saved[0, b, :L + 1]))
+                    same_state &= bool(torch.equal(got_f[b, :L + 1], frames[b, :L + 1]))
+                    if got.shape[0] > 1:
+                        same_state &= bool(torch.equal(got[1, b, :L], saved[1, b, :L]))
+                grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+                if first is None:
+                    first = grads
+                else:
+                    same_grads &= all(bool(torch.equal(a, b)) for a, b in zip(grads, first))
+            name = f"{args[:4]}{' KCC' if kw.get('kcc') else ''}{' memory ring' if force_mem else ''}"
+            ck.check(f"recompute == save-all forward, bitwise {name}", same_state)
+            ck.check(f"gradients identical for intervals 1, 7, default, > T {name}", same_grads)
+        finally:
+            tf.FORCE_MEMORY_RING = False
+
+
 def public_api(ck, dev):
     from torch_semimarkov.streaming import autograd as api
 
@@ -235,6 +285,7 @@ def main():
     compare(ck, "float64 inputs", got, jobs["moderate0"].result(), inp)
 
     determinism(ck, dev)
+    recompute_bitwise(ck, dev)
     try:
         public_api(ck, dev)
     except Exception as exc:  # noqa: BLE001 - reported as a failure, the other checks still run

@@ -106,3 +106,31 @@ def test_public_api_gradients_match_pytorch_path():
         res[use_triton] = [z] + [d[k].grad for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")]
     for a, e in zip(res[True], res[False]):
         assert_close(a.detach().cpu(), e.detach().cpu(), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_checkpointed_recompute_is_bitwise_and_interval_independent(kcc):
+    """The backward recomputes every position from the forward's checkpoints: the recomputed state
+    equals a save-all forward bitwise, so the gradients do not depend on the interval."""
+    from torch_semimarkov.streaming import triton_forward as tf
+    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+
+    inp = _cuda(make_inputs(4, 600, 16, 6, dtype=torch.float32, seed=11, lengths="ragged", proj="both",
+                            duration_transitions=kcc))
+    v = validate_streaming_inputs(**inp)
+    common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+    _, (saved, frames, _), _ = tf._forward_impl(*common, "log", v.proj_start, v.proj_end, None, True, save_all=True)
+    first = None
+    for interval in (1, 7, None, 1000):
+        z, st, iv, fr = tf.launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end, interval)
+        got, got_f = tf.recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+        for b, L in enumerate(v.lengths.tolist()):
+            assert torch.equal(got[0, b, :L + 1], saved[0, b, :L + 1])
+            assert torch.equal(got_f[b, :L + 1], frames[b, :L + 1])
+            if not kcc:
+                assert torch.equal(got[1, b, :L], saved[1, b, :L])
+        grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+        if first is None:
+            first = grads
+        assert all(torch.equal(a, b) for a, b in zip(grads, first))
