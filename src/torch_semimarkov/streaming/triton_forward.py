@@ -208,13 +208,16 @@ if HAS_TRITON:
             if t0 == 0:
                 tl.store(a_b + oc, alpha, mask=mc)
 
+        # steps to the next checkpoint and its slot (the forward starts at position 0)
+        ck_left = tl.program_id(0) * 0
+        ck_slot = tl.program_id(0) * 0
         for t in range(t0 + 1, t_end + 1):
             s = t - 1
             if CKPT:
-                if s % DELTA == 0:
+                if ck_left == 0:
                     # rows of positions s-K .. s-1 (the ones steps >= t read), then alpha_hat_s, F_s
-                    cks = ck_b + (s // DELTA) * CK32
-                    ckfs = ckf_b + (s // DELTA) * (K + 1)
+                    cks = ck_b + ck_slot * CK32
+                    ckfs = ckf_b + ck_slot * (K + 1)
                     for kb in range(0, K, K_BLOCK):
                         j = kb + ok
                         p = s - K + j
@@ -225,6 +228,8 @@ if HAS_TRITON:
                         tl.store(ckfs + j, tl.load(f_b + rp, mask=vj, other=0.0), mask=vj)
                     tl.store(cks + K * C + oc, alpha)
                     tl.store(ckfs + K, F)
+                ck_slot += tl.where(ck_left == 0, 1, 0)
+                ck_left = tl.where(ck_left == 0, DELTA, ck_left) - 1
             # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c], in frame F_s
             x = alpha[:, None] + tr
             mx = tl.max(x, 0)
@@ -311,7 +316,7 @@ if HAS_TRITON:
                 lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
                 tl.store(out_ptr + b, F + lz.to(tl.float64))
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["DELTA", "NCK", "RANGE", "FLAGS"])
     def _fwd_factored_reg_kernel(
         cum_ptr,  # (B, T+1, C) cumulative scores S
         tr_ptr,  # (C, C) transition [c_src, c_dst]
@@ -325,8 +330,8 @@ if HAS_TRITON:
         bp_ptr,  # (B, T+1, C) int32 out: packed backpointer k * 65536 + c_prev at t (IS_MAX)
         out_ptr,  # (B,) float64: log Z or the best score
         last_ptr,  # (B,) int32: argmax_c alpha_L (IS_MAX)
-        ck_ptr,  # (B, NCK, K_PAD*C_PAD + C_PAD) float32 checkpoints: ring, alpha_hat (CKPT / RESTORE)
-        ckf_ptr,  # (B, NCK, K_PAD + 1) float64 checkpoints: ring frames, F (CKPT / RESTORE)
+        ck_ptr,  # (B, NCK, K_PAD*C_PAD + C_PAD) float32 checkpoints: ring, alpha_hat (CK_MODE)
+        ckf_ptr,  # (B, NCK, K_PAD + 1) float64 checkpoints: ring frames, F (CK_MODE)
         C,
         K,
         s_cum_b,
@@ -336,6 +341,8 @@ if HAS_TRITON:
         s_bp_b,
         DELTA,
         NCK,
+        RANGE,
+        FLAGS,
         C_PAD: tl.constexpr,
         K_PAD: tl.constexpr,
         IS_MAX: tl.constexpr,
@@ -343,8 +350,7 @@ if HAS_TRITON:
         HAS_PE: tl.constexpr,
         STORE: tl.constexpr,
         REBASE: tl.constexpr,
-        CKPT: tl.constexpr = False,
-        RESTORE: tl.constexpr = False,
+        CK_MODE: tl.constexpr = False,
     ):
         """Factored forward with the ring of K_PAD rows held in registers.
 
@@ -358,10 +364,13 @@ if HAS_TRITON:
         maximum of alpha_hat_{t-1}, so both run beside the critical path; per-position rows are
         loaded one step ahead.
 
-        Checkpoints (log semiring): with CKPT the state at every position s = i·DELTA < L (ring,
-        ring frames, alpha_hat, F) is saved to checkpoint i. With RESTORE (grid (B, NCK)) program
-        (b, i) restores checkpoint i and runs positions i·DELTA .. min((i+1)·DELTA, L) with the
-        same operations in the same order, so with STORE it rewrites exactly the forward's values.
+        CK_MODE (log semiring, STORE): one compiled kernel serves the forward that saves
+        checkpoints, the save-all forward and the backward's recompute, so that all three run the
+        same instructions (Triton picks register layouts, hence reduction orders, per compiled
+        kernel). Program (b, i) starts from checkpoint i (the forward from checkpoint 0, filled with
+        the initial state by the host) and runs positions i·RANGE .. min((i+1)·RANGE, L). FLAGS
+        (runtime): 1 saves the state at every s = j·DELTA to checkpoint j (ring, ring frames,
+        alpha_hat, F), 2 stores every position (alpha_hat, U_hat, frames), 4 writes the score.
         """
         MASK: tl.constexpr = -1e30
         CK32: tl.constexpr = K_PAD * C_PAD + C_PAD
@@ -372,14 +381,13 @@ if HAS_TRITON:
         oj = tl.arange(0, K_PAD)
         t0 = 0
         t_end = L
-        if RESTORE:
-            t0 = tl.program_id(1) * DELTA
-            t_end = tl.minimum(t0 + DELTA, L)
-            ck_b = ck_ptr + (b * NCK + tl.program_id(1)) * CK32
-            ckf_b = ckf_ptr + (b * NCK + tl.program_id(1)) * (K_PAD + 1)
-        else:
-            ck_b = ck_ptr + b * NCK * CK32
-            ckf_b = ckf_ptr + b * NCK * (K_PAD + 1)
+        ck_b = ck_ptr + b * NCK * CK32
+        ckf_b = ckf_ptr + b * NCK * (K_PAD + 1)
+        if CK_MODE:
+            t0 = tl.program_id(1) * RANGE
+            t_end = tl.minimum(t0 + RANGE, L)
+            ck_i = ck_b + tl.program_id(1) * CK32
+            ckf_i = ckf_b + tl.program_id(1) * (K_PAD + 1)
         cum_b = cum_ptr + b * s_cum_b
         ps_b = ps_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
@@ -393,15 +401,15 @@ if HAS_TRITON:
             tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK
         ).to(tl.float32)
         d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
-        if RESTORE:
+        if CK_MODE:
             # intervals starting at or past L have no checkpoint (and run no step)
             live = tl.where(t0 < L, 1, 0)
             lc = oc < live * C_PAD
             lj = oj < live * K_PAD
-            alpha = tl.load(ck_b + K_PAD * C_PAD + oc, mask=lc, other=MASK)
-            F = tl.sum(tl.load(ckf_b + K_PAD + oj * 0, mask=oj < live, other=0.0), 0)
-            ring = tl.load(ck_b + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
-            rfr = tl.load(ckf_b + oj, mask=lj, other=0.0)
+            alpha = tl.load(ck_i + K_PAD * C_PAD + oc, mask=lc, other=MASK)
+            F = tl.sum(tl.load(ckf_i + K_PAD + oj * 0, mask=oj < live, other=0.0), 0)
+            ring = tl.load(ck_i + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
+            rfr = tl.load(ckf_i + oj, mask=lj, other=0.0)
             s_ref = tl.load(cum_b + (t0 // REBASE) * REBASE * C + oc, mask=mc, other=0.0).to(tl.float32)
             s_prev = tl.load(cum_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         else:
@@ -413,7 +421,7 @@ if HAS_TRITON:
             s_prev = s_ref
         shift = tl.max(alpha, 0)
         if STORE:
-            if t0 == 0:
+            if (t0 == 0) & ((FLAGS & 2) != 0):
                 tl.store(a_b + oc, alpha, mask=mc)
         if IS_MAX:
             bring = tl.zeros([K_PAD, C_PAD], dtype=tl.int32)
@@ -425,16 +433,22 @@ if HAS_TRITON:
         if HAS_PE:
             nxt_pe = tl.load(pe_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         k_max = tl.minimum(K, L)
+        # steps to the next checkpoint position (a multiple of DELTA) and its slot: counters, no
+        # integer division in the loop
+        ck_left = (DELTA - t0 % DELTA) % DELTA
+        ck_slot = (t0 + DELTA - 1) // DELTA
         for t in range(t0 + 1, t_end + 1):
             s = t - 1
-            if CKPT:
-                if s % DELTA == 0:
+            if CK_MODE:
+                if ((FLAGS & 1) != 0) & (ck_left == 0):
                     # the state before step t: restarting here reproduces every later value
-                    cks = ck_b + (s // DELTA) * CK32
+                    cks = ck_b + ck_slot * CK32
                     tl.store(cks + oj[:, None] * C_PAD + oc[None, :], ring)
                     tl.store(cks + K_PAD * C_PAD + oc, alpha)
-                    tl.store(ckf_b + (s // DELTA) * (K_PAD + 1) + oj, rfr)
-                    tl.store(ckf_b + (s // DELTA) * (K_PAD + 1) + K_PAD, F)
+                    tl.store(ckf_b + ck_slot * (K_PAD + 1) + oj, rfr)
+                    tl.store(ckf_b + ck_slot * (K_PAD + 1) + K_PAD, F)
+                ck_slot += tl.where(ck_left == 0, 1, 0)
+                ck_left = tl.where(ck_left == 0, DELTA, ck_left) - 1
             s_t = nxt_s
             ps_s = nxt_ps
             pe_s = nxt_pe
@@ -485,8 +499,9 @@ if HAS_TRITON:
             if HAS_PE:
                 at += pe_s
             if STORE:
-                tl.store(w_b + s * C + oc, u, mask=mc)
-                tl.store(f_b + s, F)
+                if (FLAGS & 2) != 0:
+                    tl.store(w_b + s * C + oc, u, mask=mc)
+                    tl.store(f_b + s, F)
             slot = s & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, v1[None, :], ring)
             rfr = tl.where(oj == slot, F, rfr)
@@ -497,23 +512,27 @@ if HAS_TRITON:
             F = F + shift.to(tl.float64)
             shift = tl.max(alpha, 0)
             if STORE:
-                tl.store(a_b + t * C + oc, alpha, mask=mc)
+                if (FLAGS & 2) != 0:
+                    tl.store(a_b + t * C + oc, alpha, mask=mc)
             s_prev = s_t
             if t % REBASE == 0:
                 ring += (s_t - s_ref)[None, :]
                 s_ref = s_t
 
         if STORE:
-            if (t0 < L) & (t_end == L):
+            if (t0 < L) & (t_end == L) & ((FLAGS & 2) != 0):
                 tl.store(f_b + L, F)
-        if not RESTORE:
-            am = tl.max(alpha, 0)
-            if IS_MAX:
-                tl.store(out_ptr + b, F + am.to(tl.float64))
-                tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
-            else:
+        am = tl.max(alpha, 0)
+        if IS_MAX:
+            tl.store(out_ptr + b, F + am.to(tl.float64))
+            tl.store(last_ptr + b, tl.argmax(alpha, 0, tie_break_left=True).to(tl.int32))
+        elif CK_MODE:
+            if (FLAGS & 4) != 0:
                 lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
                 tl.store(out_ptr + b, F + lz.to(tl.float64))
+        else:
+            lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
+            tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
     def _fwd_duration_tr_kernel(
@@ -742,6 +761,14 @@ def _ckpt_sizes(kind: str, C: int, K_eff: int):
     return K_eff * C, K_eff
 
 
+def _init_reg_checkpoint(ck32, ck64, C, c_pad, k_pad):
+    """Checkpoint 0 of the register-ring kernel: the initial state (empty ring, alpha_hat_0 = 0
+    on the C real labels, every frame 0)."""
+    ck32[:, 0, :k_pad * c_pad] = _MASK
+    ck32[:, 0, k_pad * c_pad:] = torch.where(torch.arange(c_pad, device=ck32.device) < C, 0.0, _MASK)
+    ck64[:, 0] = 0.0
+
+
 def _kernel_kind(B: int, C: int, K_eff: int, num_warps: int, dur_tr: bool) -> str:
     """Which forward kernel runs: "dur" ((K, C, C) transitions), "reg" (register ring) or "mem"."""
     if dur_tr:
@@ -812,13 +839,28 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
         )
     elif kind == "reg":
         dummy = torch.empty((1,), device=dev, dtype=torch.float32)
+        k_pad = max(2, _next_pow2(K_eff))
+        ck_mode = full or ckpt
+        flags = 0
+        if full:
+            # the save-all forward runs the checkpointing kernel (same compiled code), from an
+            # initial-state checkpoint
+            n32, n64 = _ckpt_sizes(kind, C, K_eff)
+            ck32 = torch.empty((B, 1, n32), device=dev, dtype=torch.float32)
+            ck64 = torch.empty((B, 1, n64), device=dev, dtype=torch.float64)
+            flags = 2 | 4
+        elif ckpt:
+            flags = 1 | 4
+        if ck_mode:
+            _init_reg_checkpoint(ck32, ck64, C, c_pad, k_pad)
         f_out = frames if full else torch.empty((1,), device=dev, dtype=torch.float64)
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe,
             saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, out, last, ck32, ck64,
-            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C, delta, nck,
-            C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=is_max, HAS_PS=has_ps,
-            HAS_PE=has_pe, STORE=full, REBASE=REBASE, CKPT=ckpt, num_warps=num_warps,
+            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C, delta, ck32.shape[1] if ck_mode else 1,
+            max(T, 1), flags,
+            C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=has_ps,
+            HAS_PE=has_pe, STORE=ck_mode, REBASE=REBASE, CK_MODE=ck_mode, num_warps=num_warps,
         )
     else:
         w_hat = saved[1] if full else torch.empty((B, R, C), device=dev, dtype=torch.float32)
@@ -883,11 +925,13 @@ def recompute_forward_state(cum_scores, transition, duration_bias, lengths, K, c
             C_PAD=c_pad, IS_MAX=False, HAS_PS=has_ps, HAS_PE=has_pe, RESTORE=True, num_warps=num_warps,
         )
     elif kind == "reg":
+        # the forward's own compiled kernel (CK_MODE): only the runtime range and flags differ
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, saved[1], saved[0], frames, i32,
-            out, i32, ck32, ck64, C, K_eff, T1 * C, T * C, T1 * C, T1, 0, int(delta), nck,
+            out, i32, ck32, ck64, C, K_eff, T1 * C, T * C, T1 * C, T1, T1 * C, int(delta), nck,
+            int(delta), 2,
             C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=False, HAS_PS=has_ps,
-            HAS_PE=has_pe, STORE=True, REBASE=REBASE, RESTORE=True, num_warps=num_warps,
+            HAS_PE=has_pe, STORE=True, REBASE=REBASE, CK_MODE=True, num_warps=num_warps,
         )
     else:
         _fwd_factored_kernel[grid](
