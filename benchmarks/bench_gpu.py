@@ -8,7 +8,11 @@ zero-centred cumulative scores, transition and duration bias ~ 0.1 N(0, 1), full
 * ours: ``triton.testing.do_bench`` medians. forward = validation + forward launcher without
   saved state; forward+backward = the public autograd API, ``.backward()`` on a random upstream
   gradient; Viterbi = max-semiring forward + backpointers + on-GPU traceback (labels and segment
-  starts).
+  starts); Viterbi score = the public ``semi_crf_streaming_forward(..., semiring="max")`` without
+  gradients, the best score alone (what flash's ``semiring="max"`` call returns).
+  Saved memory: ``torch.cuda.memory_allocated`` after the public forward with gradients enabled
+  minus before (what is kept between forward and backward: the checkpoints), with the save-all
+  size (every position's state) it replaces.
 * flash-semicrf: ``flash_semicrf.streaming.semi_crf_streaming_forward(..., use_triton=True)``
   (its Viterbi: ``semiring="max"``, the score only). It is slow, so it is compiled on a short
   sequence with the same (B, K, C) and then timed with few repeats (median of wall-clock runs).
@@ -99,6 +103,32 @@ def ours_fwd_bwd_launchers(cum, tr, db, lengths, K):
 def ours_viterbi(cum, tr, db, lengths, K):
     v = validate_streaming_inputs(cum, tr, db, lengths, K, "max")
     return launch_streaming_triton_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, K)
+
+
+def ours_viterbi_score(cum, tr, db, lengths, K):
+    """The public API's best score alone (no traceback), like flash's semiring="max"."""
+    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+
+    with torch.no_grad():
+        return semi_crf_streaming_forward(cum, tr, db, lengths, K, semiring="max", use_triton=True, num_warps=None)
+
+
+def saved_between_mb(cum, tr, db, lengths, K):
+    """MB held between the public forward (gradients enabled) and its backward, beyond the inputs
+    and the returned log Z: the checkpoints."""
+    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+
+    cum = cum.detach().requires_grad_(True)
+    tr = tr.detach().requires_grad_(True)
+    db = db.detach().requires_grad_(True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    z = semi_crf_streaming_forward(cum, tr, db, lengths, K, use_triton=True, num_warps=None)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - base
+    del z
+    return held / 2**20
 
 
 def ours_viterbi_kernel(cum, tr, db, lengths, K):
@@ -270,14 +300,32 @@ def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
     # like for like with flash's semiring="max" call: the best score only (backpointers still stored)
     ours["viterbi_score_kernel_ms"] = bench_ms(lambda: launch_streaming_triton_kernel(
         cum, tr, db, lengths, K, semiring="max", save_for_backward=False)[0])
+    ours["viterbi_score_ms"] = bench_ms(lambda: ours_viterbi_score(cum, tr, db, lengths, K))
+    # components of forward+backward: the checkpointing forward, the recompute from its
+    # checkpoints, the whole backward launcher (recompute + beta + marginals)
+    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    from torch_semimarkov.streaming.triton_forward import recompute_forward_state
+
+    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
+    ours["fwd_ckpt_kernel_ms"] = bench_ms(lambda: launch_streaming_triton_kernel(cum, tr, db, lengths, K))
+    ours["recompute_ms"] = bench_ms(lambda: recompute_forward_state(cum, tr, db, lengths, K, st, fr, iv))
+    ours["bwd_kernels_ms"] = bench_ms(lambda: launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr))
+    ours["checkpoint_interval"] = iv
+    del z, st, fr
+    ours["saved_between_mb"] = saved_between_mb(cum, tr, db, lengths, K)
+    # what the save-all forward kept: alpha_hat and U_hat float32 + float64 frames per position
+    ours["save_all_mb"] = (2 * B * (T + 1) * C * 4 + B * (T + 1) * 8) / 2**20
     ours["fwd_bwd_peak_mb"] = peak_mb(lambda: ours_fwd_bwd(cum, tr, db, lengths, K))
     ours["forward_peak_mb"] = peak_mb(lambda: ours_forward(cum, tr, db, lengths, K))
     rec["ours"] = ours
     print(f"  ours  B{B} T{T} K{K} C{C}: fwd {ours['forward_ms']:.3f} ms (kernel {ours['forward_kernel_ms']:.3f}), "
           f"fwd+bwd {ours['fwd_bwd_ms']:.3f} ms (kernels {ours['fwd_bwd_kernels_ms']:.3f}), "
           f"viterbi {ours['viterbi_ms']:.3f} ms (kernels {ours['viterbi_kernel_ms']:.3f}, "
-          f"score only {ours['viterbi_score_kernel_ms']:.3f}), "
-          f"peak {ours['fwd_bwd_peak_mb']:.1f} MB", flush=True)
+          f"score only {ours['viterbi_score_kernel_ms']:.3f}, public API {ours['viterbi_score_ms']:.3f}), "
+          f"peak {ours['fwd_bwd_peak_mb']:.1f} MB, saved fwd->bwd {ours['saved_between_mb']:.3f} MB "
+          f"(save-all {ours['save_all_mb']:.2f} MB); ckpt fwd {ours['fwd_ckpt_kernel_ms']:.3f} ms, "
+          f"recompute {ours['recompute_ms']:.3f} ms, bwd launcher {ours['bwd_kernels_ms']:.3f} ms, "
+          f"interval {ours['checkpoint_interval']}", flush=True)
     if fs is not None and with_flash:
         Tw = min(T, 200)
         cw, trw, dbw, lw = make_inputs(B, Tw, K, C, seed=1)
@@ -290,10 +338,12 @@ def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
             lambda: flash_fwd_bwd(fs, cum, tr, db, lengths, K), lambda: flash_fwd_bwd(fs, cw, trw, dbw, lw, K))
         rec["flash"] = fl
         rec["speedup"] = {m: fl[f"{m}_ms"] / ours[f"{m}_ms"] for m in ("forward", "fwd_bwd", "viterbi")}
+        # like for like: flash's semiring="max" returns the best score only
+        rec["speedup"]["viterbi_score"] = fl["viterbi_ms"] / ours["viterbi_score_ms"]
         print(f"  flash B{B} T{T} K{K} C{C}: fwd {fl['forward_ms']:.1f} ms, fwd+bwd {fl['fwd_bwd_ms']:.1f} ms, "
               f"viterbi {fl['viterbi_ms']:.1f} ms, peak {fl.get('fwd_bwd_peak_mb', float('nan')):.1f} MB; "
               f"speedups fwd {rec['speedup']['forward']:.0f}x fwd+bwd {rec['speedup']['fwd_bwd']:.0f}x "
-              f"viterbi {rec['speedup']['viterbi']:.0f}x", flush=True)
+              f"viterbi {rec['speedup']['viterbi']:.0f}x (score only {rec['speedup']['viterbi_score']:.0f}x)", flush=True)
     del cum, tr, db, lengths
     torch.cuda.empty_cache()
     return rec
@@ -380,7 +430,10 @@ def main():
                 line += f" {m} {o[m + '_ms']:.2f}/{fl[m + '_ms']:.1f}/{fl[m + '_ms'] / o[m + '_ms']:.0f}x |"
             else:
                 line += f" {m} {o[m + '_ms']:.2f} |"
+        if "viterbi_ms" in fl:
+            line += f" viterbi score {o['viterbi_score_ms']:.2f}/{fl['viterbi_ms'] / o['viterbi_score_ms']:.0f}x |"
         line += f" peak {o['fwd_bwd_peak_mb']:.0f}/{fl.get('fwd_bwd_peak_mb', math.nan):.0f} MB"
+        line += f" saved {o['saved_between_mb']:.2f}/{o['save_all_mb']:.1f} MB"
         print(line)
 
 
