@@ -316,7 +316,7 @@ if HAS_TRITON:
                 lz = am + _log(tl.sum(tl.exp(alpha - am), 0))
                 tl.store(out_ptr + b, F + lz.to(tl.float64))
 
-    @triton.jit(do_not_specialize=["DELTA", "NCK", "RANGE", "FLAGS"])
+    @triton.jit(do_not_specialize=["DELTA", "NCK", "RANGE", "FLAGS", "CKS", "CK32S"])
     def _fwd_factored_reg_kernel(
         cum_ptr,  # (B, T+1, C) cumulative scores S
         tr_ptr,  # (C, C) transition [c_src, c_dst]
@@ -343,6 +343,8 @@ if HAS_TRITON:
         NCK,
         RANGE,
         FLAGS,
+        CKS,
+        CK32S,
         C_PAD: tl.constexpr,
         K_PAD: tl.constexpr,
         IS_MAX: tl.constexpr,
@@ -371,9 +373,13 @@ if HAS_TRITON:
         the initial state by the host) and runs positions i·RANGE .. min((i+1)·RANGE, L). FLAGS
         (runtime): 1 saves the state at every s = j·DELTA to checkpoint j (ring, ring frames,
         alpha_hat, F), 2 stores every position (alpha_hat, U_hat, frames), 4 writes the score.
+        The steps run in chunks of DELTA positions (one chunk without CK_MODE) and a checkpoint is
+        saved between chunks, so the step loop itself has no branch; stores are predicated, and
+        checkpoint addresses use runtime strides (CKS = C_PAD, CK32S = K_PAD·C_PAD + C_PAD) so
+        that their access pattern, hence the ring's register layout, is that of the duration-bias
+        gather.
         """
         MASK: tl.constexpr = -1e30
-        CK32: tl.constexpr = K_PAD * C_PAD + C_PAD
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b).to(tl.int32)
         oc = tl.arange(0, C_PAD)
@@ -381,12 +387,12 @@ if HAS_TRITON:
         oj = tl.arange(0, K_PAD)
         t0 = 0
         t_end = L
-        ck_b = ck_ptr + b * NCK * CK32
+        ck_b = ck_ptr + b * NCK * CK32S
         ckf_b = ckf_ptr + b * NCK * (K_PAD + 1)
         if CK_MODE:
             t0 = tl.program_id(1) * RANGE
             t_end = tl.minimum(t0 + RANGE, L)
-            ck_i = ck_b + tl.program_id(1) * CK32
+            ck_i = ck_b + tl.program_id(1) * CK32S
             ckf_i = ckf_b + tl.program_id(1) * (K_PAD + 1)
         cum_b = cum_ptr + b * s_cum_b
         ps_b = ps_ptr + b * s_p_b
@@ -406,9 +412,9 @@ if HAS_TRITON:
             live = tl.where(t0 < L, 1, 0)
             lc = oc < live * C_PAD
             lj = oj < live * K_PAD
-            alpha = tl.load(ck_i + K_PAD * C_PAD + oc, mask=lc, other=MASK)
+            alpha = tl.load(ck_i + K_PAD * CKS + oc, mask=lc, other=MASK)
             F = tl.sum(tl.load(ckf_i + K_PAD + oj * 0, mask=oj < live, other=0.0), 0)
-            ring = tl.load(ck_i + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
+            ring = tl.load(ck_i + oj[:, None] * CKS + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
             rfr = tl.load(ckf_i + oj, mask=lj, other=0.0)
             s_ref = tl.load(cum_b + (t0 // REBASE) * REBASE * C + oc, mask=mc, other=0.0).to(tl.float32)
             s_prev = tl.load(cum_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -420,6 +426,9 @@ if HAS_TRITON:
             s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
             s_prev = s_ref
         shift = tl.max(alpha, 0)
+        # predicated per-position stores (FLAGS & 2): no branch in the step loop
+        st_c = tl.where((FLAGS & 2) != 0, C, 0)
+        st_1 = tl.where((FLAGS & 2) != 0, 1, 0)
         if STORE:
             if (t0 == 0) & ((FLAGS & 2) != 0):
                 tl.store(a_b + oc, alpha, mask=mc)
@@ -433,91 +442,88 @@ if HAS_TRITON:
         if HAS_PE:
             nxt_pe = tl.load(pe_b + t0 * C + oc, mask=mc, other=0.0).to(tl.float32)
         k_max = tl.minimum(K, L)
-        # steps to the next checkpoint position (a multiple of DELTA) and its slot: counters, no
-        # integer division in the loop
-        ck_left = (DELTA - t0 % DELTA) % DELTA
-        ck_slot = (t0 + DELTA - 1) // DELTA
-        for t in range(t0 + 1, t_end + 1):
-            s = t - 1
+        # chunks of DELTA positions starting at multiples of DELTA (t0 is one)
+        for cs in range(t0, t_end, DELTA):
             if CK_MODE:
-                if ((FLAGS & 1) != 0) & (ck_left == 0):
-                    # the state before step t: restarting here reproduces every later value
-                    cks = ck_b + ck_slot * CK32
-                    tl.store(cks + oj[:, None] * C_PAD + oc[None, :], ring)
-                    tl.store(cks + K_PAD * C_PAD + oc, alpha)
+                if (FLAGS & 1) != 0:
+                    # the state before position cs: restarting here reproduces every later value
+                    ck_slot = cs // DELTA
+                    cks = ck_b + ck_slot * CK32S
+                    tl.store(cks + oj[:, None] * CKS + oc[None, :], ring)
+                    tl.store(cks + K_PAD * CKS + oc, alpha)
                     tl.store(ckf_b + ck_slot * (K_PAD + 1) + oj, rfr)
-                    tl.store(ckf_b + ck_slot * (K_PAD + 1) + K_PAD, F)
-                ck_slot += tl.where(ck_left == 0, 1, 0)
-                ck_left = tl.where(ck_left == 0, DELTA, ck_left) - 1
-            s_t = nxt_s
-            ps_s = nxt_ps
-            pe_s = nxt_pe
-            t_n = tl.minimum(t + 1, L)
-            nxt_s = tl.load(cum_b + t_n * C + oc, mask=mc, other=0.0).to(tl.float32)
-            if HAS_PS:
-                nxt_ps = tl.load(ps_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
-            if HAS_PE:
-                nxt_pe = tl.load(pe_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
-            kj = ((s - oj) & (K_PAD - 1)) + 1
-            vj = (kj >= 2) & (kj <= tl.minimum(k_max, t))
-            drot = tl.load(
-                db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
-            ).to(tl.float32)
+                    tl.store(ckf_b + ck_slot * (K_PAD + 1) + K_PAD + oj * 0, tl.zeros([K_PAD], tl.float64) + F,
+                             mask=oj == 0)
+            ce = tl.minimum(cs + DELTA, t_end)
+            for t in range(cs + 1, ce + 1):
+                s = t - 1
+                s_t = nxt_s
+                ps_s = nxt_ps
+                pe_s = nxt_pe
+                t_n = tl.minimum(t + 1, L)
+                nxt_s = tl.load(cum_b + t_n * C + oc, mask=mc, other=0.0).to(tl.float32)
+                if HAS_PS:
+                    nxt_ps = tl.load(ps_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+                if HAS_PE:
+                    nxt_pe = tl.load(pe_b + (t_n - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+                kj = ((s - oj) & (K_PAD - 1)) + 1
+                vj = (kj >= 2) & (kj <= tl.minimum(k_max, t))
+                drot = tl.load(
+                    db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK
+                ).to(tl.float32)
 
-            # k >= 2 part of alpha_t (ring rows of positions t-2 .. t-K), frame F_{t-1}
-            xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
-            pm = tl.max(xk, 0)
-            if IS_MAX:
-                pk = tl.min(tl.where(xk == pm[None, :], kj[:, None], K_PAD + 1), 0)
-                pc = tl.sum(tl.where(kj[:, None] == pk[None, :], bring, 0), 0)
-            else:
-                psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
-                plse = tl.where(psum > 0, pm + _log(tl.where(psum > 0, psum, 1.0)), MASK)
+                # k >= 2 part of alpha_t (ring rows of positions t-2 .. t-K), frame F_{t-1}
+                xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
+                pm = tl.max(xk, 0)
+                if IS_MAX:
+                    pk = tl.min(tl.where(xk == pm[None, :], kj[:, None], K_PAD + 1), 0)
+                    pc = tl.sum(tl.where(kj[:, None] == pk[None, :], bring, 0), 0)
+                else:
+                    psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
+                    plse = tl.where(psum > 0, pm + _log(tl.where(psum > 0, psum, 1.0)), MASK)
 
-            # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c] and the k = 1 term (critical path)
-            x = trT + alpha[None, :]
-            mx = tl.max(x, 1)
-            if IS_MAX:
-                u = mx
-                bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
-            else:
-                u = mx + _log(tl.sum(tl.exp(x - mx[:, None]), 1))
-            if HAS_PS:
-                u += ps_s
-            v1 = u - (s_prev - s_ref)
-            x1 = v1 + d0
-            if IS_MAX:
-                # ties go to the smallest duration: k = 1 wins a tie
-                one = x1 >= pm
-                lse = tl.where(one, x1, pm)
-                packed = tl.where(one, 65536 + bc, pk * 65536 + pc)
-                tl.store(bp_b + t * C + oc, packed, mask=mc)
-            else:
-                hi = tl.maximum(plse, x1)
-                lse = hi + _log(1.0 + tl.exp(tl.minimum(plse, x1) - hi))
-            at = lse + (s_t - s_ref)
-            if HAS_PE:
-                at += pe_s
-            if STORE:
-                if (FLAGS & 2) != 0:
-                    tl.store(w_b + s * C + oc, u, mask=mc)
-                    tl.store(f_b + s, F)
-            slot = s & (K_PAD - 1)
-            ring = tl.where(oj[:, None] == slot, v1[None, :], ring)
-            rfr = tl.where(oj == slot, F, rfr)
-            if IS_MAX:
-                bring = tl.where(oj[:, None] == slot, bc[None, :], bring)
-            # normalise by the maximum of the previous alpha_hat (known one step early)
-            alpha = tl.where(mc, at - shift, MASK)
-            F = F + shift.to(tl.float64)
-            shift = tl.max(alpha, 0)
-            if STORE:
-                if (FLAGS & 2) != 0:
-                    tl.store(a_b + t * C + oc, alpha, mask=mc)
-            s_prev = s_t
-            if t % REBASE == 0:
-                ring += (s_t - s_ref)[None, :]
-                s_ref = s_t
+                # u_s(c) = LSE_{c'} alpha_hat_s(c') + Tr[c', c] and the k = 1 term (critical path)
+                x = trT + alpha[None, :]
+                mx = tl.max(x, 1)
+                if IS_MAX:
+                    u = mx
+                    bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
+                else:
+                    u = mx + _log(tl.sum(tl.exp(x - mx[:, None]), 1))
+                if HAS_PS:
+                    u += ps_s
+                v1 = u - (s_prev - s_ref)
+                x1 = v1 + d0
+                if IS_MAX:
+                    # ties go to the smallest duration: k = 1 wins a tie
+                    one = x1 >= pm
+                    lse = tl.where(one, x1, pm)
+                    packed = tl.where(one, 65536 + bc, pk * 65536 + pc)
+                    tl.store(bp_b + t * C + oc, packed, mask=mc)
+                else:
+                    hi = tl.maximum(plse, x1)
+                    lse = hi + _log(1.0 + tl.exp(tl.minimum(plse, x1) - hi))
+                at = lse + (s_t - s_ref)
+                if HAS_PE:
+                    at += pe_s
+                if STORE:
+                    tl.store(w_b + s * C + oc, u, mask=oc < st_c)
+                    tl.store(f_b + s + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc < st_1)
+                slot = s & (K_PAD - 1)
+                ring = tl.where(oj[:, None] == slot, v1[None, :], ring)
+                rfr = tl.where(oj == slot, F, rfr)
+                if IS_MAX:
+                    bring = tl.where(oj[:, None] == slot, bc[None, :], bring)
+                # normalise by the maximum of the previous alpha_hat (known one step early)
+                alpha = tl.where(mc, at - shift, MASK)
+                F = F + shift.to(tl.float64)
+                shift = tl.max(alpha, 0)
+                if STORE:
+                    tl.store(a_b + t * C + oc, alpha, mask=oc < st_c)
+                s_prev = s_t
+                if t % REBASE == 0:
+                    ring += (s_t - s_ref)[None, :]
+                    s_ref = s_t
 
         if STORE:
             if (t0 < L) & (t_end == L) & ((FLAGS & 2) != 0):
@@ -857,8 +863,8 @@ def _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring, p
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe,
             saved[1] if full else dummy, saved[0] if full else dummy, f_out, bpk, out, last, ck32, ck64,
-            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C, delta, ck32.shape[1] if ck_mode else 1,
-            max(T, 1), flags,
+            C, K_eff, T1 * C, s_p_b, T1 * C, T1, (T + 1) * C, delta if ckpt else max(T, 1),
+            ck32.shape[1] if ck_mode else 1, max(T, 1), flags, c_pad, k_pad * c_pad + c_pad,
             C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=has_ps,
             HAS_PE=has_pe, STORE=ck_mode, REBASE=REBASE, CK_MODE=ck_mode, num_warps=num_warps,
         )
@@ -929,7 +935,7 @@ def recompute_forward_state(cum_scores, transition, duration_bias, lengths, K, c
         _fwd_factored_reg_kernel[grid](
             cum_scores, transition, duration_bias, lengths, ps, pe, saved[1], saved[0], frames, i32,
             out, i32, ck32, ck64, C, K_eff, T1 * C, T * C, T1 * C, T1, T1 * C, int(delta), nck,
-            int(delta), 2,
+            int(delta), 2, c_pad, max(2, _next_pow2(K_eff)) * c_pad + c_pad,
             C_PAD=c_pad, K_PAD=max(2, _next_pow2(K_eff)), IS_MAX=False, HAS_PS=has_ps,
             HAS_PE=has_pe, STORE=True, REBASE=REBASE, CK_MODE=True, num_warps=num_warps,
         )
