@@ -81,9 +81,11 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
     ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
     minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
     """
-    stats = [torch.stack(torch.aminmax(t.detach())).to(torch.float64) for _, t, _ in floats if t.numel()]
-    stats.append(torch.stack(torch.aminmax(lengths.detach())).to(torch.float64))
-    values = torch.cat(stats).tolist()
+    # one aminmax per tensor and one stack (which promotes to a common dtype): few small launches
+    scalars = [m for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
+    # lengths in float64 first, so the stack promotes to float64 (exact for lengths up to 2^53)
+    scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
+    values = torch.stack(scalars).tolist()
     lo, hi = int(values[-2]), int(values[-1])
     i = 0
     for name, t, allow_neg_inf in floats:
