@@ -1,7 +1,9 @@
 """Triton backward of the streaming semi-CRF: every marginal and gradient of ALGORITHM.md §3.
 
-Two launches, no atomics, every output element written by exactly one program:
+Three launches, no atomics, every output element written by exactly one program:
 
+0. ``recompute_forward_state`` (grid (B, n_intervals)): every position's forward state, rerun from
+   the forward's checkpoints into a transient buffer freed when the launcher returns;
 1. ``_beta_*_kernel`` (grid (B,)): one program per sequence runs the backward recurrence from
    t = L down to 0 with the same normalisation as the forward (``beta_hat``, float64 frames ``G``)
    and stores ``Y_t = pe_{t-1} + beta_hat_t`` (B, T+1, C) and, for a static transition, the

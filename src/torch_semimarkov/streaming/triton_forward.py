@@ -19,9 +19,13 @@ float64 at every step; each ring row keeps the frame of the step that wrote it a
 the float64 frame difference cast to float32, so no stored value holds more than a few steps'
 growth. Logs use libdevice's (unbiased to 1 ulp) on the GPU.
 
-With ``save_for_backward=True`` (log semiring) every position is kept for the backward:
-``alpha_hat`` and ``U_hat`` in one (2, B, T+1, C) float32 tensor and the frames in (B, T+1) float64,
-O(T·C) per sequence like the gradient itself; the backward then needs no recomputation.
+With ``save_for_backward=True`` (log semiring) the forward saves checkpoints (ALGORITHM.md §6):
+at every position ``i·checkpoint_interval`` the state its kernel needs to restart exactly there
+(ring rows, their float64 frames, ``alpha_hat``, the running shift F), O((T/Δ)·K·C) per sequence.
+:func:`recompute_forward_state` (called by the backward launcher) restores them, one program per
+(sequence, interval), and reruns the forward over every interval into a transient buffer of every
+position's ``alpha_hat``, ``U_hat`` and frame; the register-ring forward and its recompute are one
+compiled kernel (``CK_MODE``), so the recomputed values are the forward's, bit for bit.
 The max semiring stores backpointers (B, T+1, C) int32 and ``_traceback_kernel`` decodes them on
 the GPU.
 """
