@@ -46,7 +46,7 @@ def test_viterbi_score_gradient_matches_autograd_of_naive_max(case):
     (ours * upstream).sum().backward()
     (ref * upstream).sum().backward()
     for name in leaves:
-        torch.testing.assert_close(leaves[name].grad, ref_leaves[name].grad, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(leaves[name].grad, ref_leaves[name].grad, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_viterbi_gradient_counts_segments_and_skips_inputs_without_grad():

@@ -300,7 +300,7 @@ def run_demo(
     m_base = evaluate(base, val_loader, dev)
 
     rows = [("segment F1", "segment_f1")]
-    rows += [(f"boundary F1 (exact)" if t == 0 else f"boundary F1 (+/-{t})", f"boundary_f1@{t}") for t in TOLERANCES]
+    rows += [("boundary F1 (exact)" if t == 0 else f"boundary F1 (+/-{t})", f"boundary_f1@{t}") for t in TOLERANCES]
     rows += [("position accuracy", "position_accuracy")]
     print(f"\nheld-out results ({cfg.val_sequences} sequences)")
     print(f"  {'metric':<22}{'semi-CRF':>10}{'softmax':>10}")

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import torch
 import torch.nn.functional as F

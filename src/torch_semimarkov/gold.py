@@ -14,7 +14,7 @@ log-likelihood ``log Z - gold_score`` is never negative.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 

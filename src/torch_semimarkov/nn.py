@@ -22,7 +22,6 @@ from .streaming.autograd import (
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
-from .streaming.constants import NEG_INF
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
