@@ -176,7 +176,7 @@ TS_CASES = [(12, 4, 3, False), (9, 9, 2, True), (15, 3, 4, True), (1, 2, 3, Fals
 
 @pytest.mark.parametrize("case", TS_CASES, ids=lambda c: case_id(1, c[0], c[1], c[2], "KCC" if c[3] else "CC"))
 def test_torch_struct_agrees_with_naive_dp(case):
-    torch_struct = pytest.importorskip("torch_struct")
+    pytest.importorskip("torch_struct")
     T, K, C, dt = case
     inp = make_inputs(1, T, K, C, duration_transitions=dt, proj="both", seed=11)
     a = with_grad(inp)
@@ -194,7 +194,7 @@ def test_torch_struct_agrees_with_naive_dp(case):
 
 
 def test_torch_struct_first_segment_convention_matches_brute_force():
-    torch_struct = pytest.importorskip("torch_struct")
+    pytest.importorskip("torch_struct")
     inp = make_inputs(1, 4, 3, 3, duration_transitions=True, proj="both", seed=12)
     edges = ts_edges(inp["cum_scores"][0], inp["transition"], inp["duration_bias"], 3,
                      inp["proj_start"][0], inp["proj_end"][0])
