@@ -8,6 +8,7 @@ quantities; the backward is hand-written (checkpointed recompute), never an auto
 from __future__ import annotations
 
 import os
+import warnings
 from typing import List, NamedTuple, Optional
 
 import torch
@@ -29,10 +30,18 @@ def _triton_launchers():
     if _TRITON is None:
         try:
             from .triton_backward import launch_streaming_triton_backward
-            from .triton_forward import launch_streaming_triton_kernel, launch_streaming_triton_viterbi
+            from .triton_forward import HAS_TRITON, launch_streaming_triton_kernel, launch_streaming_triton_viterbi
 
-            _TRITON = (launch_streaming_triton_kernel, launch_streaming_triton_backward, launch_streaming_triton_viterbi)
-        except Exception:  # noqa: BLE001 - any import failure means: no Triton path
+            _TRITON = False
+            if HAS_TRITON:
+                _TRITON = (launch_streaming_triton_kernel, launch_streaming_triton_backward, launch_streaming_triton_viterbi)
+        except Exception as exc:  # noqa: BLE001 - a broken install must not break the PyTorch path
+            warnings.warn(
+                f"torch_semimarkov: the Triton kernels could not be loaded ({type(exc).__name__}: {exc}); "
+                "CUDA tensors will use the slower PyTorch path",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             _TRITON = False
     return _TRITON
 
