@@ -158,8 +158,10 @@ def random_upstream(B: int, seed: int = 1) -> torch.Tensor:
 def ts_edges(cum_scores, transition, duration_bias, K, proj_start=None, proj_end=None):
     """pytorch-struct potentials (1, L, K+1, C, C) [n, k, c_to, c_from] of one sequence of length L.
 
-    Duration slot 0 is unused; segments that would run past L get -1e9. The first segment's phantom
-    predecessor is pytorch-struct's own sum over c_from at n = 0.
+    Duration slot 0 is unused; segments that would run past L get -1e9. At n = 0 the phantom
+    predecessor's term logsumexp_{c'} Tr[c', c] sits in column c_from = 0 (the others -1e9), so that
+    pytorch-struct's sum over c_from gives it in the log semiring and its max gives it in the max
+    semiring (the model's most probable segmentation, as this library defines Viterbi).
     """
     S = cum_scores
     L, C = S.shape[0] - 1, S.shape[1]
@@ -175,8 +177,13 @@ def ts_edges(cum_scores, transition, duration_bias, K, proj_start=None, proj_end
                 seg = seg + proj_start[n]
             if proj_end is not None:
                 seg = seg + proj_end[n + k - 1]
-            M = transition if transition.dim() == 2 else transition[k - 1]
-            blocks.append(seg[:, None] + M.clamp(min=-1e9).T)
+            M = (transition if transition.dim() == 2 else transition[k - 1]).clamp(min=-1e9)
+            if n == 0:
+                block = S.new_full((C, C), -1e9)
+                block[:, 0] = seg + torch.logsumexp(M, dim=0)
+                blocks.append(block)
+            else:
+                blocks.append(seg[:, None] + M.T)
         rows.append(torch.stack(blocks))
     return torch.stack(rows)[None]
 

@@ -388,7 +388,8 @@ def test_gradcheck_long_sequence_with_checkpoints():
 # ---------------------------------------------------------------------------------------------
 
 def linear_chain(inp, semiring="log"):
-    """Forward algorithm of a linear-chain CRF with emissions e_t(c) and a phantom start."""
+    """Forward algorithm of a linear-chain CRF with emissions e_t(c) and a phantom start, which
+    is marginalised (logsumexp over the transition column) in both semirings."""
     S, Tr, D = inp["cum_scores"].double(), inp["transition"].double(), inp["duration_bias"].double()
     if Tr.dim() == 3:
         Tr = Tr[0]
@@ -402,7 +403,7 @@ def linear_chain(inp, semiring="log"):
     out = []
     for b in range(B):
         L = int(inp["lengths"][b])
-        alpha = red(Tr, 0) + emit[b, 0]
+        alpha = torch.logsumexp(Tr, 0) + emit[b, 0]
         for t in range(1, L):
             alpha = red(alpha[:, None] + Tr, 0) + emit[b, t]
         out.append(red(alpha, 0))
@@ -421,7 +422,7 @@ def linear_chain_viterbi_labels(inp):
     labels = torch.full((B, T1 - 1), -1, dtype=torch.long)
     for b in range(B):
         L = int(inp["lengths"][b])
-        alpha = Tr.max(0).values + emit[b, 0]
+        alpha = torch.logsumexp(Tr, 0) + emit[b, 0]
         bps = []
         for t in range(1, L):
             val, bp = (alpha[:, None] + Tr).max(0)
@@ -466,8 +467,8 @@ def test_length_one_closed_form(dt):
     per_label = (inp["cum_scores"][:, 1] + inp["duration_bias"][0] + inp["proj_start"][:, 0]
                  + inp["proj_end"][:, 0] + torch.logsumexp(Tr, 0))
     assert_close(fwd(inp), torch.logsumexp(per_label, -1), msg="log Z")
-    best = (inp["cum_scores"][:, 1] + inp["duration_bias"][0] + inp["proj_start"][:, 0]
-            + inp["proj_end"][:, 0] + Tr.max(0).values)
+    # the single segment's probability is softmax(per_label): Viterbi picks its argmax
+    best = per_label
     res = semi_crf_streaming_viterbi(**inp, use_triton=False)
     assert_close(res.scores, best.max(-1).values, msg="viterbi")
     assert res.labels[:, 1:].eq(-1).all()
@@ -834,14 +835,15 @@ def test_integer_lengths_of_any_int_dtype_and_lists_are_accepted():
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
 def test_all_ties_break_toward_the_smallest_index(dt):
-    # every segmentation scores 0: smallest final label, smallest duration, smallest predecessor
+    # every segmentation scores log 3 (the first segment's phantom term logsumexp of a zero
+    # column): smallest final label, smallest duration, smallest predecessor
     inp = make_inputs(2, 9, 4, 3, lengths=[9, 4], duration_transitions=dt, seed=1)
     inp = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
            for k, v in inp.items()}
     res = semi_crf_streaming_viterbi(**inp, use_triton=False)
     for b, L in enumerate((9, 4)):
         assert res.segments[b] == [(i, i + 1, 0) for i in range(L)]
-    assert_close(res.scores, torch.zeros(2, dtype=F64), msg="score")
+    assert_close(res.scores, torch.full((2,), math.log(3), dtype=F64), msg="score")
 
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
@@ -962,7 +964,13 @@ def test_agrees_with_flash_semicrf_when_installed(dt, proj):
     got_g, want_g = grads_of(ours, a, up), grads_of(theirs, b, up)
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
-    assert_close(fwd(inp, semiring="max"), fs.semi_crf_streaming_forward(**inp, semiring="max", use_triton=False),
+    # flash-semicrf's max semiring maximises the first segment's phantom predecessor
+    # (max_{c'} Tr[c', c]) where ours marginalises it (the model's MAP): with every column of the
+    # transition constant the two differ by exactly log C
+    flat = dict(inp, transition=inp["transition"][..., :1, :].expand_as(inp["transition"]).contiguous())
+    C = inp["cum_scores"].shape[-1]
+    assert_close(fwd(flat, semiring="max"),
+                 fs.semi_crf_streaming_forward(**flat, semiring="max", use_triton=False) + math.log(C),
                  msg="max score")
 
 

@@ -13,15 +13,18 @@ a segment with label c_prev is
 
     S[s+k, c] - S[s, c] + D[k-1, c] + ps[s, c] + pe[s+k-1, c] + Tr[c_prev, c]
 
-and the first segment has a phantom predecessor (alpha_0 = 0 for every label): it receives
-logsumexp_{c'} Tr[c', c] (max_{c'} in the max semiring), with Tr[k-1] for (K, C, C) transitions.
-``-inf`` entries of ``transition`` and ``duration_bias`` are replaced by ``NEG_INF`` as the
-streaming API does.
+and the first segment has a phantom predecessor: it receives logsumexp_{c'} Tr[c', c] (Tr[k-1]
+for (K, C, C) transitions) in both semirings, so that the max semiring finds the segmentation of
+highest probability under the model whose log-partition the log semiring computes. Forbidden
+entries (``-inf`` or ``<= NEG_INF`` in ``transition`` / ``duration_bias``) are exactly ``-inf``
+here: a sequence with no allowed segmentation has log Z = max score = -inf, no best
+segmentation and zero marginals, and gradients stay finite (zero) through them.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -62,15 +65,32 @@ class BruteForceResult:
     num_segmentations: List[int]  # how many labelled segmentations were enumerated
 
 
+def _forbid(t: torch.Tensor) -> torch.Tensor:
+    """float64 copy (keeping autograd) with every forbidden entry (<= NEG_INF) exactly -inf."""
+    t = t.to(torch.float64)
+    return torch.where(t <= NEG_INF, torch.full_like(t, -math.inf), t)
+
+
+def _lse(x: torch.Tensor, dim) -> torch.Tensor:
+    """logsumexp whose value is -inf and whose gradient is 0 (not NaN) where every term is -inf."""
+    m = x.detach().amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    total = torch.exp(x - m).sum(dim=dim, keepdim=True)
+    # log of an empty sum: -inf, with the gradient of clamp (0) instead of 1/0
+    out = torch.log(total.clamp(min=torch.finfo(total.dtype).tiny)) + m
+    out = torch.where(total > 0, out, torch.full_like(out, -math.inf))
+    return out.squeeze(dim) if isinstance(dim, int) else out.reshape([n for i, n in enumerate(out.shape) if i not in dim])
+
+
 def _prepare(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end):
-    """Cast to float64 (keeping autograd), clamp -inf, and fill absent projections with zeros."""
+    """Cast to float64 (keeping autograd), make forbidden entries -inf, fill absent projections."""
     if not isinstance(K, int) or K < 1:
         raise ValueError(f"K must be an int >= 1, got {K!r}")
     S = cum_scores.to(torch.float64)
     B, T1, C = S.shape
     T = T1 - 1
-    Tr = transition.to(torch.float64).clamp(min=NEG_INF)
-    D = duration_bias.to(torch.float64).clamp(min=NEG_INF)
+    Tr = _forbid(transition)
+    D = _forbid(duration_bias)
     if Tr.dim() == 2:
         if tuple(Tr.shape) != (C, C):
             raise ValueError(f"transition must be (C, C) = ({C}, {C}), got {tuple(Tr.shape)}")
@@ -92,10 +112,10 @@ def _transition_for(Tr: torch.Tensor, k: int) -> torch.Tensor:
     return Tr if Tr.dim() == 2 else Tr[k - 1]
 
 
-def _phantom(Tr: torch.Tensor, k: int, semiring: str) -> torch.Tensor:
-    """(C,) score the first segment (duration k) receives from its phantom predecessor."""
-    M = _transition_for(Tr, k)
-    return torch.logsumexp(M, dim=0) if semiring == "log" else M.max(dim=0).values
+def _phantom(Tr: torch.Tensor, k: int) -> torch.Tensor:
+    """(C,) score the first segment (duration k) receives from its phantom predecessor: the
+    predecessor is marginalised, logsumexp_{c'} Tr[c', c], in both semirings."""
+    return _lse(_transition_for(Tr, k), 0)
 
 
 def _compositions(L: int, K: int):
@@ -108,7 +128,7 @@ def _compositions(L: int, K: int):
             yield (k,) + rest
 
 
-def _score_labelled(S, Tr, D, ps, pe, durations, labels, semiring):
+def _score_labelled(S, Tr, D, ps, pe, durations, labels):
     """Scores (N,) of N labelled segmentations sharing one duration tuple; labels is (N, m)."""
     total = None
     s = 0
@@ -116,7 +136,7 @@ def _score_labelled(S, Tr, D, ps, pe, durations, labels, semiring):
         c = labels[:, i]
         term = S[s + k, c] - S[s, c] + D[k - 1, c] + ps[s, c] + pe[s + k - 1, c]
         if i == 0:
-            term = term + _phantom(Tr, k, semiring)[c]
+            term = term + _phantom(Tr, k)[c]
         else:
             term = term + _transition_for(Tr, k)[labels[:, i - 1], c]
         total = term if total is None else total + term
@@ -170,27 +190,33 @@ def brute_force(
             m = len(durations)
             labels = torch.tensor(list(itertools.product(range(C), repeat=m)), dtype=torch.long, device=dev)
             labels = labels.reshape(-1, m)
-            log_scores = _score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels, "log")
+            log_scores = _score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels)
             with torch.no_grad():
-                max_scores = _score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels, "max")
+                max_scores = log_scores.detach()
                 i = int(torch.argmax(max_scores))
                 if best is None or float(max_scores[i]) > best[0]:
                     best = (float(max_scores[i]), durations, labels[i].tolist())
             blocks.append((durations, labels, log_scores, max_scores))
         all_scores = torch.cat([blk[2] for blk in blocks])
-        lz = torch.logsumexp(all_scores, dim=0)
+        lz = _lse(all_scores, 0)
         log_Z.append(lz)
         max_score.append(best[0])
-        n_best = sum(int((blk[3] >= best[0] - 1e-9).sum()) for blk in blocks)
-        unique.append(n_best == 1)
         counts.append(int(all_scores.numel()))
         segs, s = [], 0
-        for k, c in zip(best[1], best[2]):
-            segs.append(Segment(s, s + k, int(c)))
-            s += k
+        if best[0] == -math.inf:
+            # no allowed segmentation: no best one either
+            unique.append(True)
+        else:
+            n_best = sum(int((blk[3] >= best[0] - 1e-9).sum()) for blk in blocks)
+            unique.append(n_best == 1)
+            for k, c in zip(best[1], best[2]):
+                segs.append(Segment(s, s + k, int(c)))
+                s += k
         argmax.append(segs)
         with torch.no_grad():
             for durations, labels, log_scores, _ in blocks:
+                if lz.detach() == -math.inf:
+                    break
                 prob = torch.exp(log_scores.detach() - lz.detach())
                 s = 0
                 for i, k in enumerate(durations):
@@ -216,9 +242,10 @@ def brute_force(
 def _naive_alphas(S, Tr, D, ps, pe, K, semiring, keep_argmax=False):
     """Forward messages alpha_t (B, C) for t = 0..T by the edge-block recurrence.
 
-    alpha_t(c) = reduce_{k, c'} alpha_{t-k}(c') + Tr[c', c] + seg(t-k, k, c), alpha_0 = 0, which
-    gives the first segment its phantom predecessor. With keep_argmax, also returns for each t the
-    best (k, c') pair per (b, c) as two (B, C) long tensors.
+    alpha_t(c) = reduce_{k, c'} alpha_{t-k}(c') + Tr[c', c] + seg(t-k, k, c); a segment starting at
+    0 takes the phantom term logsumexp_{c'} Tr[c', c] instead (in both semirings). With
+    keep_argmax, also returns for each t the best (k, c') pair per (b, c) as two (B, C) long
+    tensors (c' = 0 for a first segment).
     """
     B, T1, C = S.shape
     alphas = [S.new_zeros(B, C)]
@@ -229,13 +256,18 @@ def _naive_alphas(S, Tr, D, ps, pe, K, semiring, keep_argmax=False):
             s = t - k
             # shape: (B, C) score of the segment (s, k, c) without its transition
             seg = S[:, t] - S[:, s] + D[k - 1] + ps[:, s] + pe[:, t - 1]
-            # shape: (B, C', C) the full edge block for duration k ending at t
-            edge = alphas[s][:, :, None] + _transition_for(Tr, k)[None] + seg[:, None, :]
+            if s == 0:
+                # shape: (B, C', C) the phantom term in slot c' = 0, nothing elsewhere
+                first = (seg + _phantom(Tr, k))[:, None, :]
+                edge = torch.cat([first, first.new_full((B, C - 1, C), -math.inf)], 1)
+            else:
+                # shape: (B, C', C) the full edge block for duration k ending at t
+                edge = alphas[s][:, :, None] + _transition_for(Tr, k)[None] + seg[:, None, :]
             terms.append(edge)
         # shape: (B, k * C', C)
         stacked = torch.cat(terms, dim=1)
         if semiring == "log":
-            alphas.append(torch.logsumexp(stacked, dim=1))
+            alphas.append(_lse(stacked, 1))
         else:
             val, idx = stacked.max(dim=1)
             alphas.append(val)
@@ -277,7 +309,7 @@ def naive_semi_crf(
     alphas = _naive_alphas(S, Tr, D, ps, pe, K, semiring)
     final = torch.stack([alphas[lens[b]][b] for b in range(B)])
     if semiring == "log":
-        return torch.logsumexp(final, dim=-1)
+        return _lse(final, -1)
     return final.max(dim=-1).values
 
 
@@ -290,7 +322,8 @@ def naive_semi_crf_viterbi(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, List[List[Segment]]]:
-    """Best score (B,) and best segmentation of each sequence, by the edge-block DP and traceback."""
+    """Best score (B,) and best segmentation of each sequence, by the edge-block DP and traceback
+    (an infeasible sequence: score -inf and no segments)."""
     S, Tr, D, ps, pe, lens, B, T, C = _prepare(
         cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end
     )
@@ -303,6 +336,8 @@ def naive_semi_crf_viterbi(
         scores.append(float(val))
         c = int(c)
         segs = []
+        if float(val) == -math.inf:
+            t = 0
         while t > 0:
             k = int(best_k[t][b, c])
             c_prev = int(best_c[t][b, c])
@@ -350,19 +385,17 @@ def segmentation_score(
     segments: Sequence[Segment],
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
-    semiring: str = "max",
 ) -> float:
-    """Score of one given segmentation of one sequence.
+    """Score of one given segmentation of one sequence: its unnormalised log-probability, the
+    value the Viterbi score of a best segmentation equals (``-inf`` if it uses a forbidden entry).
 
     Args:
         cum_scores: (T+1, C) of one sequence; proj_start / proj_end: (T, C) of it or None.
         segments: the segmentation, in order, tiling 0..L-1.
-        semiring: how the phantom predecessor of the first segment is reduced ("max" to compare
-            with Viterbi scores, "log" for the unnormalised log-probability of the segmentation).
     """
     S = cum_scores.detach().to(torch.float64)
-    Tr = transition.detach().to(torch.float64).clamp(min=NEG_INF)
-    D = duration_bias.detach().to(torch.float64).clamp(min=NEG_INF)
+    Tr = _forbid(transition.detach())
+    D = _forbid(duration_bias.detach())
     total, prev, pos = 0.0, None, 0
     for s, e, c in segments:
         if s != pos or e <= s:
@@ -374,7 +407,7 @@ def segmentation_score(
         if proj_end is not None:
             total += float(proj_end[e - 1, c])
         if prev is None:
-            total += float(_phantom(Tr, k, semiring)[c])
+            total += float(_phantom(Tr, k)[c])
         else:
             total += float(_transition_for(Tr, k)[prev, c])
         prev, pos = c, e

@@ -59,9 +59,14 @@ def _debug() -> bool:
     return os.environ.get("TORCH_SEMIMARKOV_DEBUG", "") not in ("", "0")
 
 
-def _check_finite(what: str, backend: str, **tensors) -> None:
+def _check_finite(what: str, backend: str, allow_neg_inf: bool = False, **tensors) -> None:
     for name, t in tensors.items():
-        if t is not None and not bool(torch.isfinite(t).all()):
+        if t is None:
+            continue
+        ok = torch.isfinite(t)
+        if allow_neg_inf:
+            ok = ok | torch.isneginf(t)
+        if not bool(ok.all()):
             n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
             raise RuntimeError(f"Non-finite values in {what} ({backend}): {name} has {n_nan} NaN, {n_inf} Inf")
 
@@ -110,7 +115,8 @@ class _StreamingFunction(torch.autograd.Function):
             cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps
         )
         if _debug():
-            _check_finite("forward partition", cls.backend, partition=partition)
+            # -inf is a real answer (a sequence with no allowed segmentation); NaN and +inf are not
+            _check_finite("forward partition", cls.backend, allow_neg_inf=True, partition=partition)
         # keep log Z in full precision for the backward: marginals are exp(... - log Z)
         ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts)
         ctx.K, ctx.interval, ctx.num_warps = K, interval, num_warps
@@ -214,13 +220,16 @@ def semi_crf_streaming_forward(
     Args:
         cum_scores: (B, T+1, C) float32/float64 cumulative label scores; ``cum_scores[:, 0] = 0``
             and ``cum_scores[:, t]`` sums the per-position scores of positions 0..t-1.
-        transition: (C, C) scores ``[c_src, c_dst]`` (``-inf`` forbids a move), or (K, C, C)
-            duration-dependent, indexed ``[k-1]`` for the segment being entered.
-        duration_bias: (K, C), row ``k-1`` is the bias of a duration-k segment.
+        transition: (C, C) scores ``[c_src, c_dst]`` (``-inf``, or any value ``<= NEG_INF``,
+            forbids a move), or (K, C, C) duration-dependent, indexed ``[k-1]`` for the segment
+            being entered.
+        duration_bias: (K, C), row ``k-1`` is the bias of a duration-k segment (``-inf`` or
+            ``<= NEG_INF`` forbids that duration for that label).
         lengths: (B,) integer lengths in [1, T].
         K: maximum segment duration (any K >= 1; K = 1 is a linear-chain CRF).
-        semiring: ``"log"`` for log Z or ``"max"`` for the Viterbi score; both are differentiable
-            (the gradient of the max is the indicator of the best segmentation).
+        semiring: ``"log"`` for log Z or ``"max"`` for the Viterbi score (the score of the most
+            probable segmentation, see :func:`semi_crf_streaming_viterbi`); both are
+            differentiable (the gradient of the max is the indicator of the best segmentation).
         proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
             its last position) at a position.
         use_triton: use the Triton kernels when the tensors are on CUDA.
@@ -229,7 +238,8 @@ def semi_crf_streaming_forward(
         checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
 
     Returns:
-        (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``.
+        (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``;
+        ``-inf`` for a sequence that the model allows no segmentation of (its gradients are 0).
 
     Example:
         >>> import torch
@@ -253,7 +263,7 @@ def semi_crf_streaming_forward(
     if semiring == "max":
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
-            use_triton, num_warps,
+            (use_triton, num_warps),
         )
     fn = _function_for(inp, use_triton)
     return fn.apply(
@@ -278,12 +288,15 @@ class _ViterbiScore(torch.autograd.Function):
 
     d score / d input counts how often each score term enters the best path (ALGORITHM.md §1):
     +1 at ``cum_scores[end, c]``, -1 at ``cum_scores[start, c]``, +1 at ``duration_bias[k-1, c]``,
-    ``proj_start[start, c]`` and ``proj_end[end-1, c]``, and +1 at the transition taken into each
-    segment (for the first one, the best phantom predecessor, smallest index on ties).
+    ``proj_start[start, c]`` and ``proj_end[end-1, c]``, +1 at the transition taken into each later
+    segment, and for the first segment the gradient of its phantom term
+    ``logsumexp_{c'} Tr[c', c]``: ``softmax_{c'} Tr[:, c]`` (``Tr[k-1]`` for (K, C, C)). A sequence
+    with no allowed segmentation (score ``-inf``) contributes no gradient.
     """
 
     @staticmethod
-    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps):
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend_args):
+        use_triton, num_warps = backend_args
         inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         result = semi_crf_streaming_viterbi(
             cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
@@ -297,34 +310,38 @@ class _ViterbiScore(torch.autograd.Function):
         cum_scores, transition, lengths, labels = ctx.saved_tensors
         B, T1, C = cum_scores.shape
         K, dtype, device = ctx.K, cum_scores.dtype, cum_scores.device
+        need = ctx.needs_input_grad
         rows = [(b, s, e, c) for b, segs in enumerate(ctx.segments) for s, e, c in segs]
-        b_idx, s_idx, e_idx, c_idx = (torch.tensor(x, device=device) for x in zip(*rows))
-        weight = grad_output.to(dtype)[b_idx]
         p_start = torch.zeros(B, T1 - 1, C, dtype=dtype, device=device)
         p_end = torch.zeros_like(p_start)
-        p_start.index_put_((b_idx, s_idx, c_idx), weight, accumulate=True)
-        p_end.index_put_((b_idx, e_idx - 1, c_idx), weight, accumulate=True)
-        k_idx = e_idx - s_idx - 1
         grad_db = torch.zeros(K, C, dtype=dtype, device=device)
-        grad_db.index_put_((k_idx, c_idx), weight, accumulate=True)
-        first = s_idx == 0
-        prev = labels[b_idx, (s_idx - 1).clamp(min=0)]
-        if transition.dim() == 3:
-            phantom = transition.argmax(dim=1)[k_idx, c_idx]  # (n_seg,): best c' for (k, c)
-        else:
-            phantom = transition.argmax(dim=0)[c_idx]
-        prev = torch.where(first, phantom, prev)
         grad_tr = torch.zeros_like(transition)
-        if transition.dim() == 3:
-            grad_tr.index_put_((k_idx, prev, c_idx), weight, accumulate=True)
-        else:
-            grad_tr.index_put_((prev, c_idx), weight, accumulate=True)
+        if rows:
+            b_idx, s_idx, e_idx, c_idx = (torch.tensor(x, device=device) for x in zip(*rows))
+            weight = grad_output.to(dtype)[b_idx]
+            p_start.index_put_((b_idx, s_idx, c_idx), weight, accumulate=True)
+            p_end.index_put_((b_idx, e_idx - 1, c_idx), weight, accumulate=True)
+            k_idx = e_idx - s_idx - 1
+            grad_db.index_put_((k_idx, c_idx), weight, accumulate=True)
+            first = s_idx == 0
+            later = ~first
+            prev = labels[b_idx, (s_idx - 1).clamp(min=0)]
+            if transition.dim() == 3:
+                grad_tr.index_put_((k_idx[later], prev[later], c_idx[later]), weight[later], accumulate=True)
+                # (n_first, C'): softmax over the source of the column Tr[k-1, :, c]
+                soft = torch.softmax(transition[k_idx[first], :, c_idx[first]], dim=1)
+                grad_tr.index_put_((k_idx[first][:, None], torch.arange(C, device=device)[None, :], c_idx[first][:, None]),
+                                   soft * weight[first][:, None], accumulate=True)
+            else:
+                grad_tr.index_put_((prev[later], c_idx[later]), weight[later], accumulate=True)
+                soft = torch.softmax(transition[:, c_idx[first]].t(), dim=1)  # (n_first, C')
+                grad_tr.index_put_((torch.arange(C, device=device)[None, :].expand_as(soft), c_idx[first][:, None].expand_as(soft)),
+                                   soft * weight[first][:, None], accumulate=True)
         grad_cum = None
-        if ctx.needs_input_grad[0]:
+        if need[0]:
             grad_cum = torch.zeros_like(cum_scores)
             grad_cum[:, 1:] += p_end
             grad_cum[:, :-1] -= p_start
-        need = ctx.needs_input_grad
         return (
             grad_cum,
             grad_tr if need[1] else None,
@@ -334,13 +351,18 @@ class _ViterbiScore(torch.autograd.Function):
             p_start if need[5] else None,
             p_end if need[6] else None,
             None,
-            None,
         )
 
 
 class ViterbiResult(NamedTuple):
     """Best segmentations: ``scores`` (B,), ``labels`` (B, T) long (-1 past each length) and
-    ``segments``, for each sequence the list of :class:`Segment` tiling 0..L-1."""
+    ``segments``, for each sequence the list of :class:`Segment` tiling 0..L-1.
+
+    The best segmentation is the most probable one under the model whose log-partition
+    :func:`semi_crf_streaming_forward` computes, and ``scores`` is its score (its unnormalised
+    log-probability). A sequence that the model allows no segmentation of has score ``-inf``,
+    labels -1 at every position and no segments.
+    """
 
     scores: torch.Tensor
     labels: torch.Tensor
@@ -361,10 +383,16 @@ def semi_crf_streaming_viterbi(
     *,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
-    """Viterbi decoding: the highest-scoring segmentation of each sequence.
+    """Viterbi decoding: the most probable segmentation of each sequence (the MAP).
 
-    Takes the inputs of :func:`semi_crf_streaming_forward`. Ties break toward the smallest index
-    (predecessor label, then duration), identically on the CPU and the GPU.
+    Takes the inputs of :func:`semi_crf_streaming_forward`. The first segment keeps the term it
+    has in log Z, ``logsumexp_{c'} Tr[c', c]`` (its phantom predecessor is marginalised, not
+    maximised), so the result maximises exactly the probability that log Z normalises.
+    flash-semicrf 0.2.0's ``semiring="max"`` maximises that predecessor instead
+    (``max_{c'} Tr[c', c]``), a different model, and can return a less probable segmentation.
+    Ties break toward the smallest index (predecessor label, then duration), identically on the
+    CPU and the GPU. A sequence with no allowed segmentation gets score ``-inf``, labels -1 and no
+    segments.
 
     Returns:
         :class:`ViterbiResult` ``(scores, labels, segments)``. Not differentiable.
@@ -394,7 +422,9 @@ def semi_crf_streaming_viterbi(
     T = labels.shape[1]
     labels_np, starts_np = host[:, :T], host[:, T : 2 * T].astype(bool)
     lens = host[:, 2 * T].tolist()
-    segments = [segments_from_boundaries(labels_np[b], starts_np[b], lens[b]) for b in range(len(lens))]
+    # a sequence with no allowed segmentation (score -inf) has no segments
+    segments = [segments_from_boundaries(labels_np[b], starts_np[b], lens[b]) if starts_np[b, 0] else []
+                for b in range(len(lens))]
     return ViterbiResult(scores, labels, segments)
 
 

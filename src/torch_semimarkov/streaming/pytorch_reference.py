@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .constants import NEG_INF
+from .constants import IMPOSSIBLE, IMPOSSIBLE_BELOW
 
 #: Shift the ring to a fresh normaliser every this many positions. Values then never drift more
 #: than a few steps' growth away from zero, far inside float32's exact range.
@@ -39,6 +39,28 @@ _BLOCK_ELEMENTS = 1 << 21
 #: overhead, not arithmetic, so this costs little, and the forward/backward rounding drift that
 #: float32 accumulates over 10^5+ positions (about 1e-4 in the marginals) disappears.
 COMPUTE_DTYPE = torch.float64
+
+
+def _possible_shift(shift: torch.Tensor) -> torch.Tensor:
+    """The normaliser shift, 0 where every state is impossible: frames only ever move by real
+    values, so an infeasible prefix never costs the later real values any precision."""
+    return torch.where(shift > IMPOSSIBLE_BELOW, shift, torch.zeros_like(shift))
+
+
+def feasible(score: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: True where a recurrence's final value (log Z or best score) is a real score."""
+    return score > IMPOSSIBLE_BELOW
+
+
+def public_score(score: torch.Tensor) -> torch.Tensor:
+    """``score`` with every impossible value (no allowed segmentation) replaced by ``-inf``."""
+    return torch.where(feasible(score), score, torch.full_like(score, -math.inf))
+
+
+def zero_rows(t: torch.Tensor, keep: torch.Tensor) -> None:
+    """Zero, in place, the batch rows of ``t`` where ``keep`` (B,) is False (no host sync)."""
+    keep = keep.view((-1,) + (1,) * (t.dim() - 1))
+    torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=t.device), out=t)
 
 
 def _upcast(*tensors):
@@ -121,7 +143,7 @@ class _ForwardScan:
         self.direct = transition.dim() == 3
         C = duration_bias.shape[1]
         dtype, device = duration_bias.dtype, duration_bias.device
-        self.ring = torch.full((2 * K, batch, C), NEG_INF, dtype=dtype, device=device)
+        self.ring = torch.full((2 * K, batch, C), IMPOSSIBLE, dtype=dtype, device=device)
         self.alpha = torch.zeros(batch, C, dtype=dtype, device=device)
         self.norm = torch.zeros(batch, dtype=torch.float64, device=device)
         if self.direct:
@@ -149,6 +171,13 @@ class _ForwardScan:
             if terms.ps is not None:
                 seg += terms.ps_rev[terms.T - p : terms.T - p + K]
             scores = window.unsqueeze(3) + self.tr4 + seg.unsqueeze(2)  # (K, B, C', C)
+            if self.max and p < K:
+                # the first segment (row p, from alpha_0 = 0) keeps the log Z term
+                # logsumexp_{c'} Tr[p, c', c]: the phantom predecessor is marginalised, not maximised
+                first = torch.logsumexp(scores[p], dim=1)  # (B, C)
+                scores = scores.clone()
+                scores[p] = IMPOSSIBLE
+                scores[p, :, 0] = first
             if self.max:
                 Bn, C = scores.shape[1], scores.shape[3]
                 acc, idx = scores.transpose(0, 1).reshape(Bn, K * C, C).max(dim=1)
@@ -157,7 +186,11 @@ class _ForwardScan:
                 acc = torch.logsumexp(scores, (0, 2))
         else:
             scores = self.alpha.unsqueeze(2) + self.tr  # (B, C', C)
-            if self.max:
+            if self.max and p == 0:
+                # u_0 = logsumexp_{c'} Tr[c', c] in both semirings (the phantom predecessor)
+                u = torch.logsumexp(scores, 1)
+                bp_c = torch.zeros_like(u, dtype=torch.int64)
+            elif self.max:
                 u, bp_c = scores.max(dim=1)
             else:
                 u = torch.logsumexp(scores, 1)
@@ -188,9 +221,9 @@ class _ForwardScan:
         return bp
 
     def _renorm(self):
-        shift = self.alpha.amax(dim=1)  # (B,)
-        self.alpha -= shift[:, None]
-        self.ring -= shift[:, None]
+        shift = _possible_shift(self.alpha.amax(dim=1))  # (B,)
+        torch.clamp(self.alpha - shift[:, None], min=IMPOSSIBLE, out=self.alpha)
+        torch.clamp(self.ring - shift[:, None], min=IMPOSSIBLE, out=self.ring)
         self.norm += shift.double()
 
     def state(self, p: int) -> torch.Tensor:
@@ -279,7 +312,7 @@ def semi_crf_streaming_forward_pytorch(
                 out[idx] = scan.final()[idx]
             if p < t_max:
                 scan.step(p)
-    return out, ring_ckpts, interval, norm_ckpts
+    return public_score(out), ring_ckpts, interval, norm_ckpts
 
 
 def _positions_to_batches(lengths: torch.Tensor) -> dict:
@@ -312,7 +345,8 @@ def semi_crf_streaming_viterbi_pytorch(
 
     Returns:
         ``(scores, labels, seg_starts)``: scores (B,) in the dtype of cum_scores, labels (B, T)
-        int64 with -1 past each length, seg_starts (B, T) bool, True where a segment starts.
+        int64 with -1 past each length, seg_starts (B, T) bool, True where a segment starts. A
+        sequence with no allowed segmentation has score ``-inf``, labels -1 and no starts.
     """
     B, T1, C = cum_scores.shape
     T = T1 - 1
@@ -343,8 +377,11 @@ def semi_crf_streaming_viterbi_pytorch(
                 bp_c[p] = c_idx
     bp_k_np = bp_k.transpose(0, 1).cpu().numpy()
     bp_c_np = bp_c.transpose(0, 1).cpu().numpy()
-    labels, starts = traceback(bp_k_np, bp_c_np, final_label.cpu().numpy(), lengths.cpu().numpy(), T, scan.direct)
-    return scores.to(out_dtype), torch.from_numpy(labels).to(device), torch.from_numpy(starts).to(device)
+    # an infeasible sequence has no segmentation: nothing to trace (labels -1, no starts)
+    ok = feasible(scores)
+    traced = torch.where(ok, lengths, torch.zeros_like(lengths))
+    labels, starts = traceback(bp_k_np, bp_c_np, final_label.cpu().numpy(), traced.cpu().numpy(), T, scan.direct)
+    return public_score(scores).to(out_dtype), torch.from_numpy(labels).to(device), torch.from_numpy(starts).to(device)
 
 
 def traceback(bp_k: np.ndarray, bp_c: np.ndarray, final_label: np.ndarray, lengths: np.ndarray, T: int, direct: bool):
@@ -431,23 +468,23 @@ def semi_crf_streaming_backward_pytorch(
     pos = torch.arange(span, device=device)[:, None]
     # (span, B) masks: a segment may start at p (p < L); a segment may end at p (1 <= p <= L)
     starts_ok = pos < lengths[None, :]
-    act_mask = torch.where(starts_ok, 0.0, NEG_INF).to(dtype)
-    end_mask = torch.where((pos >= 1) & (pos <= lengths[None, :]), 0.0, NEG_INF).to(dtype)
+    act_mask = torch.where(starts_ok, 0.0, IMPOSSIBLE).to(dtype)
+    end_mask = torch.where((pos >= 1) & (pos <= lengths[None, :]), 0.0, IMPOSSIBLE).to(dtype)
     # beta_t is a real message for t < L; at t = L it is 0 (the message is multiplied by cont)
     cont = starts_ok.to(dtype)
     cont_cols = cont.unsqueeze(2).unbind(0)
     # X'_t = pe_{t-1} + beta_t (X of ALGORITHM.md §3 without S_t, which enters as content);
-    # x_add[t] = pe_{t-1} for 1 <= t <= L and NEG_INF past it, so X'_t = NEG_INF there
+    # x_add[t] = pe_{t-1} for 1 <= t <= L and IMPOSSIBLE past it, so X'_t is impossible there
     x_add = torch.zeros(span, B, C, dtype=dtype, device=device)
     if terms.pe is not None:
         n_pe = min(T, span - 1)
         x_add[1 : n_pe + 1] = terms.pe[:n_pe]
-    x_add.masked_fill_((pos > lengths[None, :]).unsqueeze(2), NEG_INF)
+    x_add.masked_fill_((pos > lengths[None, :]).unsqueeze(2), IMPOSSIBLE)
     x_cols = x_add.unbind(0)
 
     # beta and v at every position (pre-shift) with their float64 frame
     beta_all = torch.zeros(span, B, C, dtype=dtype, device=device)
-    v_all = torch.full((span, B, C), NEG_INF, dtype=dtype, device=device)
+    v_all = torch.full((span, B, C), IMPOSSIBLE, dtype=dtype, device=device)
     frame_all = torch.zeros(span, B, dtype=torch.float64, device=device)
 
     p_start = torch.zeros(B, T, C, dtype=dtype, device=device)
@@ -460,7 +497,11 @@ def semi_crf_streaming_backward_pytorch(
     beta_next = torch.zeros(B, C, dtype=dtype, device=device)
     frame = torch.zeros(B, dtype=torch.float64, device=device)
     log_z = log_Z.to(device=device, dtype=torch.float64)
-    carry = torch.full((K, B, C), NEG_INF, dtype=dtype, device=device)
+    # an infeasible sequence (log Z impossible) has no marginals: normalise it by 0 (every value
+    # is then exp(IMPOSSIBLE) = 0) and zero it explicitly at the end
+    ok = feasible(log_z)
+    log_z = torch.where(ok, log_z, torch.zeros_like(log_z))
+    carry = torch.full((K, B, C), IMPOSSIBLE, dtype=dtype, device=device)
     tr4 = transition[:, None] if direct else None  # (K, 1, C', C)
 
     n_ckpt = ring_checkpoints.shape[1]
@@ -487,7 +528,7 @@ def semi_crf_streaming_backward_pytorch(
                 if t <= t_max:
                     torch.addcmul(x_cols[t], beta_next, cont_cols[t], out=xw[j])
                 else:
-                    xw[j] = NEG_INF
+                    xw[j] = IMPOSSIBLE
                 window = xw[j : j + K] + terms.content_ahead(p)
                 window += db  # row i <-> X'_{p+1+i} + S_{p+1+i} - S_p + D[i]
                 if direct:
@@ -502,9 +543,9 @@ def semi_crf_streaming_backward_pytorch(
                 frame_all[p] = frame
                 beta_next = beta_all[p]
                 if p % RENORM_EVERY == 0:
-                    shift = beta_next.amax(dim=1) * cont[p]
-                    beta_next = beta_next - shift[:, None]
-                    xw[j : j + K] -= shift[:, None]
+                    shift = _possible_shift(beta_next.amax(dim=1)) * cont[p]
+                    beta_next = (beta_next - shift[:, None]).clamp_(min=IMPOSSIBLE)
+                    torch.clamp(xw[j : j + K] - shift[:, None], min=IMPOSSIBLE, out=xw[j : j + K])
                     frame = frame + shift.double()
             carry = xw[:K].clone()
             # ---- every marginal of the interval at once
@@ -535,6 +576,8 @@ def semi_crf_streaming_backward_pytorch(
                     alpha_buf, a_base, v_base, x_seg, f_seg, s_seg, s_here, ps_here, transition, duration_bias,
                     K, p_start_t, g_tr, g_db, t0, T,
                 )
+    for t in (p_start, p_end, g_tr, g_db):
+        zero_rows(t, ok)
     return p_start.to(out_dtype), p_end.to(out_dtype), g_tr.to(out_dtype), g_db.to(out_dtype)
 
 
@@ -558,7 +601,7 @@ def _content(s_seg, s_here, a, b, K):
 def _factored_interval_terms(alpha_buf, a_base, v_base, x_seg, f_seg, s_seg, s_here, ps_here, transition, duration_bias, K, p_start_t, g_tr, g_db, t0, T):
     """P_start, P_trans and P_seg of one interval for the factored recurrence.
 
-    alpha_buf (n, B, C) with a_base (n, B) = its frame - log Z (+ NEG_INF where no segment may
+    alpha_buf (n, B, C) with a_base (n, B) = its frame - log Z (+ IMPOSSIBLE where no segment may
     start); v_base (n, B, C) = v + frames - log Z (+ the same mask); x_seg, f_seg, s_seg: X', its
     frame and S at positions t0+1 .. t1+K-1; s_here, ps_here: S and ps at the interval's positions.
     """

@@ -68,6 +68,9 @@ def labels_to_segments(labels: torch.Tensor, lengths: Optional[torch.Tensor] = N
         lens = [int(x) for x in torch.as_tensor(lengths).reshape(-1).tolist()]
         if len(lens) != B:
             raise ValueError(f"lengths must have shape ({B},), got {len(lens)} values")
+        bad = [L for L in lens if not 0 <= L <= T]
+        if bad:
+            raise ValueError(f"lengths must lie in [0, T] = [0, {T}] for labels of width T = {T}, got {bad[0]}")
     out = []
     for b in range(B):
         L = lens[b]

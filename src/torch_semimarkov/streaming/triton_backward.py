@@ -25,11 +25,13 @@ from typing import Optional
 
 import torch
 
+from .pytorch_reference import feasible, zero_rows
 from .triton_forward import (
     HAS_TRITON,
     REBASE,
     _log,
     _next_pow2,
+    _possible,
     _tile_sizes,
     _use_register_ring,
     auto_num_warps,
@@ -116,7 +118,7 @@ if HAS_TRITON:
                 nm = tl.maximum(run_m, tl.max(xk, 0))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
                 run_m = nm
-            lse = run_m + _log(tl.where(mc, run_s, 1.0))
+            lse = run_m + _log(tl.where(mc & (run_s > 0), run_s, 1.0))
             if s == 0:
                 # u_0 + v_0 = U_0 + lse_0
                 z0 = tl.load(w_b + oc, mask=mc, other=MASK) + lse
@@ -131,8 +133,8 @@ if HAS_TRITON:
             my = tl.max(y, 1)
             bs = my + _log(tl.sum(tl.exp(y - my[:, None]), 1))
             bs = tl.where(mc, bs, MASK)
-            m = tl.max(bs, 0)
-            beta = tl.where(mc, bs - m, MASK)
+            m = _possible(tl.max(bs, 0))
+            beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
             G = G + m.to(tl.float64)
 
     @triton.jit
@@ -189,7 +191,7 @@ if HAS_TRITON:
         ).to(tl.float32)
         d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
         beta = tl.where(mc, 0.0, MASK)
-        shift = tl.max(beta, 0)
+        shift = _possible(tl.max(beta, 0))
         G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
         rfr = tl.zeros([K_PAD], dtype=tl.float64)
@@ -255,9 +257,9 @@ if HAS_TRITON:
             ring = tl.where(oj[:, None] == slot, yr[None, :], ring)
             rfr = tl.where(oj == slot, G, rfr)
             # normalise by the maximum of the previous beta_hat (known one step early)
-            beta = tl.where(mc, bs - shift, MASK)
+            beta = tl.where(mc, tl.maximum(bs - shift, MASK), MASK)
             G = G + shift.to(tl.float64)
-            shift = tl.max(beta, 0)
+            shift = _possible(tl.max(beta, 0))
             s_next = s_s
             if i % REBASE == REBASE - 1:
                 ring -= (s_s - s_ref)[None, :]
@@ -447,9 +449,9 @@ if HAS_TRITON:
                 nm = tl.maximum(run_m, tl.max(y, 1))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
                 run_m = nm
-            bs = tl.where(mc, run_m + _log(run_s), MASK)
-            m = tl.max(bs, 0)
-            beta = tl.where(mc, bs - m, MASK)
+            bs = tl.where(mc, run_m + _log(tl.where(run_s > 0, run_s, 1.0)), MASK)
+            m = _possible(tl.max(bs, 0))
+            beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
             G = G + m.to(tl.float64)
 
     @triton.jit
@@ -587,7 +589,11 @@ def launch_streaming_triton_backward(
     # log Z in float64 from the saved state: the returned partition may be float32, whose rounding
     # (0.06 at log Z ~ 1e6) would bias every marginal
     rows = torch.arange(B, device=dev)
-    lz = (frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1)).contiguous()
+    lz = frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1)
+    # an infeasible sequence (no allowed segmentation) has no marginals: normalise it by 0, so that
+    # every value is exp(IMPOSSIBLE) = 0, and zero it explicitly at the end
+    ok = feasible(lz)
+    lz = torch.where(ok, lz, torch.zeros_like(lz)).contiguous()
     x_hat = torch.empty((B, T + 1, C), device=dev, dtype=torch.float32)
     g = torch.empty((B, T + 1), device=dev, dtype=torch.float64)
     p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
@@ -613,6 +619,7 @@ def launch_streaming_triton_backward(
             HAS_PE=proj_end is not None, num_warps=warps,
         )
     if not dur_tr:
+        lzb = torch.where(ok, lzb, torch.zeros_like(lzb))
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](
@@ -638,6 +645,8 @@ def launch_streaming_triton_backward(
         )
         g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)
+    for t in (p_start, p_end, g_tr, g_db):
+        zero_rows(t, ok)
     if K_eff < K:
         pad = K - K_eff
         g_db = torch.cat([g_db, g_db.new_zeros(B, pad, C)], 1)

@@ -38,6 +38,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from .pytorch_reference import feasible, public_score
+
 try:  # Triton is optional: the package imports without it.
     import triton
     import triton.language as tl
@@ -126,6 +128,18 @@ if HAS_TRITON:
         return y
 
     @triton.jit
+    def _possible(m):
+        """A normaliser shift: ``m``, or 0 where every state is impossible (m below -1e29), so
+        that frames only move by real values and an infeasible prefix costs no precision."""
+        return tl.where(m > -1e29, m, 0.0)
+
+    @triton.jit
+    def _lse_cols(x):
+        """Log-sum-exp of a (rows, cols) tile over its rows (axis 0)."""
+        mx = tl.max(x, 0)
+        return mx + _log(tl.sum(tl.exp(x - mx[None, :]), 0))
+
+    @triton.jit
     def _fwd_factored_kernel(
         cum_ptr,  # (B, T+1, C) cumulative scores S
         tr_ptr,  # (C, C) transition [c_src, c_dst]
@@ -211,6 +225,8 @@ if HAS_TRITON:
         if STORE_ALPHA:
             if t0 == 0:
                 tl.store(a_b + oc, alpha, mask=mc)
+        # u_0 = LSE_{c'} Tr[c', c] in both semirings: the first segment's phantom predecessor
+        u0 = _lse_cols(tr)
 
         # steps to the next checkpoint and its slot (the forward starts at position 0)
         ck_left = tl.program_id(0) * 0
@@ -238,7 +254,7 @@ if HAS_TRITON:
             x = alpha[:, None] + tr
             mx = tl.max(x, 0)
             if IS_MAX:
-                u = mx
+                u = tl.where(s == 0, u0, mx)
                 bc = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
                 tl.store(bpc_b + s * C + oc, bc, mask=mc)
             else:
@@ -298,13 +314,13 @@ if HAS_TRITON:
                 lse = run_m
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
             else:
-                lse = run_m + _log(tl.where(mc, run_s, 1.0))
+                lse = run_m + _log(tl.where(mc & (run_s > 0), run_s, 1.0))
             at = lse
             if HAS_PE:
                 at += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             at = tl.where(mc, at, MASK)
-            m = tl.max(at, 0)
-            alpha = tl.where(mc, at - m, MASK)
+            m = _possible(tl.max(at, 0))
+            alpha = tl.where(mc, tl.maximum(at - m, MASK), MASK)
             F = F + m.to(tl.float64)
             if STORE_ALPHA:
                 tl.store(a_b + t * C + oc, alpha, mask=mc)
@@ -429,7 +445,10 @@ if HAS_TRITON:
             rfr = tl.zeros([K_PAD], dtype=tl.float64)
             s_ref = tl.load(cum_b + oc, mask=mc, other=0.0).to(tl.float32)
             s_prev = s_ref
-        shift = tl.max(alpha, 0)
+        shift = _possible(tl.max(alpha, 0))
+        # u_0 = LSE_{c'} Tr[c', c] in both semirings: the first segment's phantom predecessor
+        u0 = tl.max(trT, 1)
+        u0 = u0 + _log(tl.sum(tl.exp(trT - u0[:, None]), 1))
         # predicated per-position stores (FLAGS & 2): no branch in the step loop
         st_c = tl.where((FLAGS & 2) != 0, C, 0)
         st_1 = tl.where((FLAGS & 2) != 0, 1, 0)
@@ -490,7 +509,7 @@ if HAS_TRITON:
                 x = trT + alpha[None, :]
                 mx = tl.max(x, 1)
                 if IS_MAX:
-                    u = mx
+                    u = tl.where(s == 0, u0, mx)
                     bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
                 else:
                     u = mx + _log(tl.sum(tl.exp(x - mx[:, None]), 1))
@@ -519,9 +538,9 @@ if HAS_TRITON:
                 if IS_MAX:
                     bring = tl.where(oj[:, None] == slot, bc[None, :], bring)
                 # normalise by the maximum of the previous alpha_hat (known one step early)
-                alpha = tl.where(mc, at - shift, MASK)
+                alpha = tl.where(mc, tl.maximum(at - shift, MASK), MASK)
                 F = F + shift.to(tl.float64)
-                shift = tl.max(alpha, 0)
+                shift = _possible(tl.max(alpha, 0))
                 if STORE:
                     tl.store(a_b + t * C + oc, alpha, mask=oc < st_c)
                 s_prev = s_t
@@ -663,6 +682,10 @@ if HAS_TRITON:
                 bm = tl.max(x, 0)
                 if IS_MAX:
                     ba = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
+                    if s == 0:
+                        # the first segment keeps LSE_{c'} (phantom predecessor), as in log Z
+                        bm = _lse_cols(x)
+                        ba = ba * 0
                     upd = bm > run_m
                     run_k = tl.where(upd, k, run_k)
                     run_c = tl.where(upd, ba, run_c)
@@ -676,13 +699,13 @@ if HAS_TRITON:
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
                 tl.store(bpc_b + t * C + oc, run_c, mask=mc)
             else:
-                lse = run_m + _log(tl.where(mc, run_s, 1.0))
+                lse = run_m + _log(tl.where(mc & (run_s > 0), run_s, 1.0))
             at = lse
             if HAS_PE:
                 at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
             at = tl.where(mc, at, MASK)
-            m = tl.max(at, 0)
-            alpha = tl.where(mc, at - m, MASK)
+            m = _possible(tl.max(at, 0))
+            alpha = tl.where(mc, tl.maximum(at - m, MASK), MASK)
             F = F + m.to(tl.float64)
             row_t = t % R
             tl.store(a_b + row_t * C + oc, alpha, mask=mc)
@@ -1001,11 +1024,12 @@ def launch_streaming_triton_kernel(
     """
     out, saved, _ = _forward_impl(cum_scores, transition, duration_bias, lengths, K, semiring,
                                   proj_start, proj_end, num_warps, save_for_backward, checkpoint_interval)
+    out = public_score(out).to(cum_scores.dtype)
     if saved is None:
         T = cum_scores.shape[1] - 1
-        return out.to(cum_scores.dtype), None, _resolve_interval(T, max(1, min(int(K), T)), checkpoint_interval), None
+        return out, None, _resolve_interval(T, max(1, min(int(K), T)), checkpoint_interval), None
     ck32, ck64, delta = saved
-    return out.to(cum_scores.dtype), ck32, delta, ck64
+    return out, ck32, delta, ck64
 
 
 def launch_streaming_triton_viterbi(
@@ -1037,10 +1061,12 @@ def launch_streaming_triton_viterbi(
     T = T1 - 1
     labels = torch.empty((B, T), device=cum_scores.device, dtype=torch.int64)
     starts = torch.empty((B, T), device=cum_scores.device, dtype=torch.bool)
-    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64).contiguous()
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.int64)
+    # an infeasible sequence has no segmentation to trace: length 0 writes labels -1, no starts
+    lengths = torch.where(feasible(out), lengths, torch.zeros_like(lengths)).contiguous()
     _traceback_kernel[(B,)](
         bpk, bpc, last, lengths, labels, starts.view(torch.int8), C, T, (T + 1) * C,
         BP_C_AT_END=dur_tr, PACKED=packed, K_BLOCK=max(2, min(128, _next_pow2(K_eff))),
         FILL_BLOCK=min(1024, max(32, _next_pow2(T))), num_warps=1,
     )
-    return out.to(cum_scores.dtype), labels, starts
+    return public_score(out).to(cum_scores.dtype), labels, starts

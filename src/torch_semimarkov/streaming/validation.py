@@ -8,12 +8,13 @@ kernel. The checks are cheap: one pass over each tensor for NaN/Inf, no per-posi
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .constants import NEG_INF
+from .constants import IMPOSSIBLE, MAX_ABS_SCORE, NEG_INF
 
 SEMIRINGS = ("log", "max")
 
@@ -22,8 +23,9 @@ SEMIRINGS = ("log", "max")
 class StreamingInputs:
     """Validated and normalised inputs of the streaming semi-CRF.
 
-    ``transition`` and ``duration_bias`` have ``-inf`` entries replaced by ``NEG_INF`` and are cast
-    to the dtype of ``cum_scores``; ``lengths`` is an int64 tensor on the device of ``cum_scores``.
+    ``transition`` and ``duration_bias`` are cast to the dtype of ``cum_scores`` with every forbidden
+    entry (``-inf`` or ``<= NEG_INF``) replaced by ``IMPOSSIBLE``; ``lengths`` is an int64 tensor on
+    the device of ``cum_scores``; ``K`` is a Python int.
     """
 
     cum_scores: torch.Tensor  # (B, T+1, C)
@@ -51,6 +53,28 @@ class StreamingInputs:
         return self.transition.dim() == 3
 
 
+def forbid(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with every forbidden entry (``-inf`` or ``<= NEG_INF``) set to ``IMPOSSIBLE``."""
+    return torch.where(t <= NEG_INF, torch.full_like(t, IMPOSSIBLE), t)
+
+
+def check_lengths(lengths, B: int) -> torch.Tensor:
+    """``lengths`` as a (B,) integer tensor, or a ``TypeError``/``ValueError`` naming it (the range
+    is checked with the other values, in one transfer)."""
+    if lengths is None:
+        raise TypeError("lengths is required: a (batch,) tensor of sequence lengths in [1, T]")
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the argument's name
+            raise TypeError(f"lengths must be a tensor of integers of shape (batch,), got {type(lengths).__name__}") from exc
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+        raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    if lengths.dim() != 1 or lengths.shape[0] != B:
+        raise ValueError(f"lengths must have shape (batch,) = ({B},), got {_shape(lengths)}")
+    return lengths
+
+
 def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
@@ -60,10 +84,12 @@ def _check_float_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.float32, torch.float64):
-        raise ValueError(
-            f"{name} must be float32 or float64, got {t.dtype}; half precision loses the "
-            "precision the log-partition needs (cast with .float())"
-        )
+        if t.dtype.is_floating_point:
+            raise ValueError(
+                f"{name} must be float32 or float64, got {t.dtype}; half precision loses the "
+                "precision the log-partition needs (cast with .float())"
+            )
+        raise ValueError(f"{name} must be a float32 or float64 tensor, got dtype {t.dtype} (cast with .float())")
 
 
 def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
@@ -76,7 +102,7 @@ def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
 
 
 def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
-    """NaN/Inf in the float inputs and the range of lengths, with ONE device-to-host transfer.
+    """NaN/Inf, magnitude and the range of lengths, with ONE device-to-host transfer.
 
     ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
     minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
@@ -96,8 +122,22 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
         bad = math.isnan(t_min) or math.isnan(t_max) or t_max == math.inf or (t_min == -math.inf and not allow_neg_inf)
         if bad:
             _raise_non_finite(name, t, allow_neg_inf)
+        # forbidden entries (<= NEG_INF) of transition / duration_bias are not magnitudes
+        forbidding = allow_neg_inf and t_min <= NEG_INF
+        big = max(abs(t_max) if not (allow_neg_inf and t_max <= NEG_INF) else 0.0, 0.0 if forbidding else abs(t_min))
+        if big > MAX_ABS_SCORE:
+            raise ValueError(
+                f"{name} holds values of magnitude up to {big:.3g}; scores beyond {MAX_ABS_SCORE:.0e} leave no "
+                "precision for the log-partition (rescale them, and zero-centre per-position scores before the cumsum)"
+            )
     if lo < 1 or hi > T:
-        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
+        hint = ""
+        if hi > T:
+            hint = (
+                f" (cum_scores must have T+1 rows with row 0 = 0: it has {T + 1}, so T = {T}; did you pass "
+                "the cumsum without its leading zero row? torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)))"
+            )
+        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]{hint}")
 
 
 def validate_streaming_inputs(
@@ -119,11 +159,12 @@ def validate_streaming_inputs(
     """
     if semiring not in SEMIRINGS:
         raise ValueError(f"semiring must be one of {SEMIRINGS}, got {semiring!r}")
-    if isinstance(K, bool) or not isinstance(K, int):
-        if isinstance(K, torch.Tensor) and K.numel() == 1 and not K.dtype.is_floating_point:
-            K = int(K)
-        else:
-            raise TypeError(f"K must be a Python int, got {type(K).__name__}")
+    if isinstance(K, torch.Tensor) and K.numel() == 1 and not K.dtype.is_floating_point and K.dtype != torch.bool:
+        K = int(K)
+    elif isinstance(K, numbers.Integral) and not isinstance(K, bool):
+        K = int(K)  # numpy integers too
+    else:
+        raise TypeError(f"K must be an integer (the maximum segment duration), got {type(K).__name__} {K!r}")
     if K < 1:
         raise ValueError(f"K (maximum segment duration) must be >= 1, got {K}")
 
@@ -170,15 +211,7 @@ def validate_streaming_inputs(
             f"duration_bias must have shape (K, C) = ({K}, {C}), got {_shape(duration_bias)}"
         )
 
-    if not isinstance(lengths, torch.Tensor):
-        try:
-            lengths = torch.as_tensor(lengths)
-        except Exception as exc:  # noqa: BLE001 - re-raised with the argument's name
-            raise TypeError(f"lengths must be a tensor of integers of shape (batch,), got {type(lengths).__name__}") from exc
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
-        raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
-    if lengths.dim() != 1 or lengths.shape[0] != B:
-        raise ValueError(f"lengths must have shape (batch,) = ({B},), got {_shape(lengths)}")
+    lengths = check_lengths(lengths, B)
 
     for name, p in (("proj_start", proj_start), ("proj_end", proj_end)):
         if p is None:
@@ -199,8 +232,8 @@ def validate_streaming_inputs(
 
     return StreamingInputs(
         cum_scores=cum_scores,
-        transition=transition.to(dtype).clamp(min=NEG_INF),
-        duration_bias=duration_bias.to(dtype).clamp(min=NEG_INF),
+        transition=forbid(transition.to(dtype)),
+        duration_bias=forbid(duration_bias.to(dtype)),
         lengths=lengths.to(device=device, dtype=torch.int64),
         K=K,
         proj_start=None if proj_start is None else proj_start.to(dtype),
