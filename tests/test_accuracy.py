@@ -46,8 +46,12 @@ def test_float32_matches_float64_on_a_long_sequence():
     z64, g64 = _run(inp, torch.float64)
     rel = float((z32 - z64).abs() / z64.abs())
     assert rel < 1e-6, f"log Z float32 {float(z32):.6f} vs float64 {float(z64):.6f}: relative error {rel:.2e}"
-    mae = float((g32["cum_scores"] - g64["cum_scores"]).abs().mean())
+    err = (g32["cum_scores"] - g64["cum_scores"]).abs()
+    mae = float(err.mean())
     assert mae < 1e-5, f"cum_scores gradient mean absolute error {mae:.2e}"
+    # the README's claims: within 1e-6 at every position, 1e-8 on average (measured 6.9e-8, 3.6e-9)
+    assert float(err.max()) < 1e-6, f"cum_scores gradient max absolute error {float(err.max()):.2e}"
+    assert mae < 1e-8, f"cum_scores gradient mean absolute error {mae:.2e}"
     assert bool(torch.isfinite(g32["cum_scores"]).all())
     for name in ("transition", "duration_bias"):
         err = float((g32[name] - g64[name]).abs().max())

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -69,11 +69,16 @@ class DurationDistribution(nn.Module):
         # shape: (K, 1) -- the durations 1..K
         self.register_buffer("durations", torch.arange(1, max_duration + 1, dtype=torch.float32)[:, None], persistent=False)
 
-    def log_pmf(self) -> torch.Tensor:
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        """(K, C) unnormalised log-scores; ``durations`` (K, 1) holds 1..K in the compute dtype,
+        and parameters are cast to that dtype before any arithmetic."""
         raise NotImplementedError
 
-    def forward(self) -> torch.Tensor:
-        out = self.log_pmf()
+    def forward(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """The (K, C) duration log-bias, computed in ``dtype`` (default float32) from start to end:
+        a float64 head gets float64 probabilities, not a float32 table cast up."""
+        durations = self.durations if dtype is None else self.durations.to(dtype)
+        out = self.log_pmf(durations)
         if self.normalize:
             out = torch.log_softmax(out, dim=0)
         return out
@@ -89,8 +94,8 @@ class LearnedDuration(DurationDistribution):
         super().__init__(max_duration, num_classes, normalize=False)
         self.bias = nn.Parameter(torch.zeros(max_duration, num_classes))
 
-    def log_pmf(self) -> torch.Tensor:
-        return self.bias
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        return self.bias.to(durations.dtype)
 
 
 class GeometricDuration(DurationDistribution):
@@ -101,10 +106,11 @@ class GeometricDuration(DurationDistribution):
         mean = _per_class(init_mean, num_classes, max(1.5, max_duration / 4), "init_mean").clamp(min=1.0 + 1e-3)
         self.logit_p = nn.Parameter(torch.logit(1.0 / mean))
 
-    def log_pmf(self) -> torch.Tensor:
-        log_p = F.logsigmoid(self.logit_p)
-        log_q = F.logsigmoid(-self.logit_p)
-        return log_p[None, :] + (self.durations - 1.0) * log_q[None, :]
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        logit_p = self.logit_p.to(durations.dtype)
+        log_p = F.logsigmoid(logit_p)
+        log_q = F.logsigmoid(-logit_p)
+        return log_p[None, :] + (durations - 1.0) * log_q[None, :]
 
 
 class NegativeBinomialDuration(DurationDistribution):
@@ -130,15 +136,16 @@ class NegativeBinomialDuration(DurationDistribution):
         self.raw_shape = nn.Parameter(_inv_softplus(r))
         self.logit_p = nn.Parameter(torch.logit(p.clamp(1e-4, 1 - 1e-4)))
 
-    def log_pmf(self) -> torch.Tensor:
-        r = F.softplus(self.raw_shape)[None, :]
-        n = self.durations - 1.0
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        r = F.softplus(self.raw_shape.to(durations.dtype))[None, :]
+        logit_p = self.logit_p.to(durations.dtype)
+        n = durations - 1.0
         return (
             torch.lgamma(n + r)
             - torch.lgamma(r)
             - torch.lgamma(n + 1.0)
-            + r * F.logsigmoid(self.logit_p)[None, :]
-            + n * F.logsigmoid(-self.logit_p)[None, :]
+            + r * F.logsigmoid(logit_p)[None, :]
+            + n * F.logsigmoid(-logit_p)[None, :]
         )
 
 
@@ -150,9 +157,9 @@ class PoissonDuration(DurationDistribution):
         mean = _per_class(init_mean, num_classes, max(1.5, max_duration / 4), "init_mean").clamp(min=1.0 + 1e-3)
         self.raw_rate = nn.Parameter(_inv_softplus(mean - 1.0))
 
-    def log_pmf(self) -> torch.Tensor:
-        rate = F.softplus(self.raw_rate)[None, :]
-        n = self.durations - 1.0
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        rate = F.softplus(self.raw_rate.to(durations.dtype))[None, :]
+        n = durations - 1.0
         return n * torch.log(rate) - rate - torch.lgamma(n + 1.0)
 
 
@@ -161,12 +168,11 @@ class UniformDuration(DurationDistribution):
 
     def __init__(self, max_duration: int, num_classes: int):
         super().__init__(max_duration, num_classes, normalize=False)
-        self.register_buffer(
-            "bias", torch.full((max_duration, num_classes), -math.log(max_duration)), persistent=False
-        )
 
-    def log_pmf(self) -> torch.Tensor:
-        return self.bias
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        # computed in the durations' dtype: -log(K) in float64 for a float64 head
+        return torch.full((self.max_duration, self.num_classes), -math.log(self.max_duration),
+                          dtype=durations.dtype, device=durations.device)
 
 
 class CallableDuration(DurationDistribution):
@@ -188,14 +194,18 @@ class CallableDuration(DurationDistribution):
             raise TypeError(f"duration function must be callable, got {type(fn).__name__}")
         self.fn = fn
 
-    def log_pmf(self) -> torch.Tensor:
-        out = torch.as_tensor(self.fn(self.durations), device=self.durations.device)
+    def log_pmf(self, durations: torch.Tensor) -> torch.Tensor:
+        out = torch.as_tensor(self.fn(durations), device=durations.device)
         K, C = self.max_duration, self.num_classes
         if out.dim() == 1 and out.shape[0] == K:
             out = out[:, None]
         if out.dim() != 2 or out.shape[0] != K or out.shape[1] not in (1, C):
             raise ValueError(f"duration function must return shape ({K}, {C}) or ({K}, 1), got {tuple(out.shape)}")
-        return out.float().expand(K, C)
+        if not out.dtype.is_floating_point:
+            out = out.to(durations.dtype)
+        # the function's own precision is kept up to the compute dtype (a float32 function result
+        # in a float64 head stays as precise as the function made it)
+        return out.to(durations.dtype).expand(K, C)
 
 
 DURATION_NAMES = ("learned", "geometric", "negative_binomial", "poisson", "uniform")

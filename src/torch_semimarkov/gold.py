@@ -10,17 +10,30 @@ where the first segment's transition term is the phantom ``logsumexp_{c'} Tr[c',
 duration-dependent transitions ``logsumexp_{c'} Tr[k-1, c', c]``). With these conventions
 ``exp(gold_score - log Z)`` is the segmentation's probability under the model, so the negative
 log-likelihood ``log Z - gold_score`` is never negative.
+
+A segmentation that uses a forbidden term (an entry of ``transition`` or ``duration_bias`` that is
+``-inf`` or at most ``NEG_INF``) has probability 0: its score is ``-inf``, and
+:func:`forbidden_terms` says where and why.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Sequence, Tuple
 
 import torch
 
 from .streaming.constants import NEG_INF
 
-__all__ = ["labels_to_starts", "segments_to_starts", "gold_score"]
+__all__ = ["labels_to_starts", "segments_to_starts", "gold_score", "forbidden_terms", "FORBIDDEN_REASONS"]
+
+#: What :func:`forbidden_terms` codes mean (code 0: nothing forbidden at that position).
+FORBIDDEN_REASONS = {
+    1: "its duration is forbidden for its label (duration_bias[k-1, c] is -inf)",
+    2: "the transition into it from the previous segment's label is forbidden (transition is -inf there)",
+    3: "its label cannot start a sequence (every transition into it is -inf, so the first segment's "
+       "phantom term logsumexp_c' transition[c', c] is -inf)",
+}
 
 
 def _valid_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
@@ -96,6 +109,21 @@ def labels_to_starts(
     return labels, starts
 
 
+def _segment_triple(seg, b: int) -> Tuple[int, int, int]:
+    """``(start, end, label)`` as Python ints, or a clear error: exactly three integers (Python,
+    numpy or integer 0-d tensors), never a float silently truncated."""
+    if isinstance(seg, (str, bytes, torch.Tensor)) or not isinstance(seg, Sequence) or len(seg) != 3:
+        raise ValueError(f"each segment of sequence {b} must be a (start, end, label) triple, got {seg!r}")
+    out = []
+    for name, v in zip(("start", "end", "label"), seg):
+        if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.dtype.is_floating_point and v.dtype != torch.bool:
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"segment {tuple(seg)!r} of sequence {b}: {name} must be an integer, got {v!r}")
+        out.append(int(v))
+    return out[0], out[1], out[2]
+
+
 def segments_to_starts(
     segments: Sequence[Sequence[Sequence[int]]],
     lengths: torch.Tensor,
@@ -108,6 +136,7 @@ def segments_to_starts(
     Args:
         segments: for each sequence, its segments ``(start, end, label)`` (end exclusive) in order,
             tiling ``0 .. length-1`` with durations in [1, K]. Adjacent segments may share a label.
+            Each segment is exactly three integers; anything else raises.
         lengths: (B,) sequence lengths.
         T: padded length.
         num_classes: C.
@@ -117,27 +146,105 @@ def segments_to_starts(
         ``labels`` (B, T) long (0 past the length) and ``starts`` (B, T) bool.
     """
     B = lengths.shape[0]
+    if isinstance(segments, (str, bytes, torch.Tensor)) or not isinstance(segments, Sequence):
+        raise TypeError(
+            f"segments must be a list with one list of (start, end, label) per sequence, got {type(segments).__name__}"
+        )
     if len(segments) != B:
         raise ValueError(f"segments must hold one list per sequence ({B}), got {len(segments)}")
     labels = torch.zeros(B, T, dtype=torch.long)
     starts = torch.zeros(B, T, dtype=torch.bool)
     lens = lengths.tolist()
     for b, segs in enumerate(segments):
+        if isinstance(segs, (str, bytes, torch.Tensor)) or not isinstance(segs, Sequence):
+            raise TypeError(
+                f"segments[{b}] must be a list of (start, end, label) triples, got {type(segs).__name__}"
+            )
         pos = 0
         for seg in segs:
-            s, e, c = (int(v) for v in seg)
+            s, e, c = _segment_triple(seg, b)
             if s != pos:
                 raise ValueError(f"segments of sequence {b} must tile [0, length) in order; got a segment starting at {s}, expected {pos}")
             if not 1 <= e - s <= max_duration:
                 raise ValueError(f"segment {(s, e, c)} of sequence {b} has duration {e - s}, not in [1, K={max_duration}]")
             if not 0 <= c < num_classes:
                 raise ValueError(f"segment {(s, e, c)} of sequence {b} has label {c}, not in [0, {num_classes})")
-            labels[b, s:min(e, T)] = c
-            starts[b, min(s, T - 1)] = True
+            if e > lens[b]:
+                raise ValueError(f"segment {(s, e, c)} of sequence {b} ends past its length {lens[b]}")
+            labels[b, s:e] = c
+            starts[b, s] = True
             pos = e
         if pos != lens[b]:
             raise ValueError(f"segments of sequence {b} cover [0, {pos}) but its length is {lens[b]}")
     return labels.to(lengths.device), starts.to(lengths.device)
+
+
+def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
+    """Shared bookkeeping of a segmentation: (valid, starts, ends, y, y_prev, first, k_idx)."""
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    K = duration_bias.shape[0]
+    lengths = lengths.to(device=cum_scores.device, dtype=torch.long)
+    labels = labels.to(cum_scores.device)
+    valid = _valid_mask(lengths, T)
+    starts = starts.to(cum_scores.device) & valid
+    # a segment's last position e: the next position starts a segment or is past the length
+    next_start = torch.ones_like(starts)
+    next_start[:, :-1] = starts[:, 1:] | ~valid[:, 1:]
+    ends = valid & next_start
+    y = labels.clamp(0, C - 1)
+    # duration of the segment that starts at each start position
+    seg_id = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
+    seg_len = torch.zeros(B, T, dtype=torch.long, device=cum_scores.device)
+    seg_len.scatter_add_(1, seg_id, valid.long())
+    k_idx = (seg_len.gather(1, seg_id) - 1).clamp(0, K - 1)
+    y_prev = torch.zeros_like(y)
+    y_prev[:, 1:] = y[:, :-1]
+    first = torch.zeros_like(starts)
+    first[:, 0] = True
+    return valid, starts, ends, y, y_prev, first, k_idx
+
+
+def forbidden_terms(
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    labels: torch.Tensor,
+    starts: torch.Tensor,
+) -> torch.Tensor:
+    """Where a segmentation uses a forbidden term, and which.
+
+    Args:
+        transition, duration_bias, lengths, labels, starts: as for :func:`gold_score`.
+
+    Returns:
+        (B, T) long: at each segment's start position, 0 if the segment is allowed, else a key of
+        :data:`FORBIDDEN_REASONS` (1: duration, 2: transition from the previous segment, 3: the
+        first segment's label cannot start a sequence); 0 elsewhere.
+
+    Example:
+        >>> db = torch.tensor([[float("-inf")], [0.0]])  # duration 1 forbidden
+        >>> forbidden_terms(torch.zeros(1, 1), db, torch.tensor([3]), torch.zeros(1, 3, dtype=torch.long),
+        ...                 torch.tensor([[True, False, True]])).tolist()
+        [[0, 0, 1]]
+    """
+    B, T = labels.shape
+    zeros = torch.zeros(B, T + 1, duration_bias.shape[1], dtype=duration_bias.dtype, device=duration_bias.device)
+    _, starts, _, y, y_prev, first, k_idx = _segments_of(zeros, duration_bias, lengths, labels, starts)
+    forb_tr = transition <= NEG_INF
+    forb_db = duration_bias <= NEG_INF
+    bad_dur = forb_db[k_idx, y]
+    if transition.dim() == 2:
+        bad_tr = forb_tr[y_prev, y]
+        bad_first = forb_tr.all(dim=0)[y]
+    else:
+        bad_tr = forb_tr[k_idx, y_prev, y]
+        bad_first = forb_tr.all(dim=1)[k_idx, y]
+    code = torch.zeros(B, T, dtype=torch.long, device=labels.device)
+    code = torch.where(first & bad_first, torch.full_like(code, 3), code)
+    code = torch.where(~first & bad_tr, torch.full_like(code, 2), code)
+    code = torch.where(bad_dur, torch.full_like(code, 1), code)
+    return torch.where(starts, code, torch.zeros_like(code))
 
 
 def gold_score(
@@ -155,14 +262,15 @@ def gold_score(
     Args:
         cum_scores: (B, T+1, C) cumulative per-position scores, ``cum_scores[:, 0] = 0``.
         transition: (C, C) ``[c_src, c_dst]`` or (K, C, C) indexed ``[k-1]``; ``-inf`` allowed.
-        duration_bias: (K, C) indexed ``[k-1, c]``.
+        duration_bias: (K, C) indexed ``[k-1, c]``; ``-inf`` allowed.
         lengths: (B,) sequence lengths.
         labels: (B, T) long, the label of each position (anything past the length).
         starts: (B, T) bool, True where a segment starts (``starts[:, 0]`` True); durations <= K.
         proj_start, proj_end: optional (B, T, C) boundary scores.
 
     Returns:
-        (B,) segmentation scores, differentiable in every score tensor.
+        (B,) segmentation scores, differentiable in every score tensor; ``-inf`` (with zero
+        gradient) for a segmentation that uses a forbidden term (see :func:`forbidden_terms`).
 
     Example:
         >>> S = torch.zeros(1, 4, 2); S[0, 1:, 1] = torch.tensor([1.0, 2.0, 3.0])
@@ -170,35 +278,25 @@ def gold_score(
         >>> gold_score(S, tr, db, torch.tensor([3]), torch.tensor([[1, 1, 1]]), torch.tensor([[True, False, False]]))
         tensor([3.6931])
     """
-    B, T1, C = cum_scores.shape
-    T = T1 - 1
-    K = duration_bias.shape[0]
     dtype = cum_scores.dtype
-    transition = transition.to(dtype).clamp(min=NEG_INF)
-    duration_bias = duration_bias.to(dtype).clamp(min=NEG_INF)
-    lengths = lengths.to(device=cum_scores.device, dtype=torch.long)
-    labels = labels.to(cum_scores.device)
-    valid = _valid_mask(lengths, T)
-    starts = starts.to(cum_scores.device) & valid
+    transition = transition.to(dtype)
+    duration_bias = duration_bias.to(dtype)
+    code = forbidden_terms(transition, duration_bias, lengths, labels, starts)
+    forb_tr = transition <= NEG_INF
+    # forbidden entries as exact -inf; a column with no allowed entry as 0 (its phantom is flagged
+    # by ``code``), so that every logsumexp below is finite and its gradient is never NaN
+    tr_inf = torch.where(forb_tr, torch.full_like(transition, float("-inf")), transition)
+    dead_col = forb_tr.all(dim=-2, keepdim=True)
+    tr_phantom = torch.where(dead_col, torch.zeros_like(transition), tr_inf)
+    transition = torch.where(forb_tr, torch.zeros_like(transition), transition)
+    duration_bias = torch.where(duration_bias <= NEG_INF, torch.zeros_like(duration_bias), duration_bias)
+    valid, starts, ends, y, y_prev, first, k_idx = _segments_of(cum_scores, duration_bias, lengths, labels, starts)
     zero = cum_scores.new_zeros(())
 
-    # a segment's last position e: the next position starts a segment or is past the length
-    next_start = torch.ones_like(starts)
-    next_start[:, :-1] = starts[:, 1:] | ~valid[:, 1:]
-    ends = valid & next_start
-
-    y = labels.clamp(0, C - 1)
     # content: sum over segments of S[e+1, c] - S[s, c]
     s_hi = cum_scores[:, 1:].gather(2, y[..., None]).squeeze(-1)
     s_lo = cum_scores[:, :-1].gather(2, y[..., None]).squeeze(-1)
     score = torch.where(ends, s_hi, zero).sum(1) - torch.where(starts, s_lo, zero).sum(1)
-
-    # duration of the segment that starts at each start position
-    seg_id = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
-    seg_len = torch.zeros(B, T, dtype=torch.long, device=cum_scores.device)
-    seg_len.scatter_add_(1, seg_id, valid.long())
-    k = seg_len.gather(1, seg_id)
-    k_idx = (k - 1).clamp(0, K - 1)
     dur = duration_bias[k_idx, y]
     score = score + torch.where(starts, dur, zero).sum(1)
 
@@ -209,17 +307,13 @@ def gold_score(
         pe = proj_end.to(dtype).gather(2, y[..., None]).squeeze(-1)
         score = score + torch.where(ends, pe, zero).sum(1)
 
-    y_prev = torch.zeros_like(y)
-    y_prev[:, 1:] = y[:, :-1]
-    first = torch.zeros_like(starts)
-    first[:, 0] = True
     if transition.dim() == 2:
         tr = transition[y_prev, y]
         # shape: (C,) -- the first segment's phantom predecessor term
-        phantom = torch.logsumexp(transition, dim=0)[y]
+        phantom = torch.logsumexp(tr_phantom, dim=0)[y]
     else:
         tr = transition[k_idx, y_prev, y]
-        phantom = torch.logsumexp(transition, dim=1)[k_idx, y]
+        phantom = torch.logsumexp(tr_phantom, dim=1)[k_idx, y]
     tr = torch.where(first, phantom, tr)
     score = score + torch.where(starts, tr, zero).sum(1)
-    return score
+    return torch.where((code > 0).any(1), torch.full_like(score, float("-inf")), score)

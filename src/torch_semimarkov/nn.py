@@ -10,18 +10,20 @@ are used automatically.
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from .durations import DurationDistribution, make_duration
-from .gold import gold_score, labels_to_starts, segments_to_starts
+from .gold import FORBIDDEN_REASONS, forbidden_terms, gold_score, labels_to_starts, segments_to_starts
 from .streaming.autograd import (
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
+from .streaming.validation import check_lengths
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -114,10 +116,11 @@ class SemiMarkovCRFHead(nn.Module):
         duration_kwargs: Optional[dict] = None,
     ):
         super().__init__()
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        if max_duration < 1:
-            raise ValueError(f"max_duration must be >= 1, got {max_duration}")
+        for name, value in (("num_classes", num_classes), ("max_duration", max_duration)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         if transition not in ("static", "duration"):
             raise ValueError(f"transition must be 'static' or 'duration', got {transition!r}")
         if cumsum_dtype not in (torch.float32, torch.float64):
@@ -181,6 +184,14 @@ class SemiMarkovCRFHead(nn.Module):
             raise AttributeError("duration_bias")
         return dist()
 
+    def duration_table(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """The (K, C) duration log-bias computed in ``dtype`` (default float32): a float64 head
+        evaluates its duration distribution in float64, not a float32 table cast up."""
+        if "duration_bias" in self._parameters:
+            bias = self._parameters["duration_bias"]
+            return bias if dtype is None else bias.to(dtype)
+        return self.duration_dist(dtype=dtype)
+
     def effective_transition(self) -> torch.Tensor:
         """The transition with forbidden moves set to -inf: (C, C) or (K, C, C)."""
         tr = self.transition
@@ -229,16 +240,31 @@ class SemiMarkovCRFHead(nn.Module):
         if not hidden_states.dtype.is_floating_point:
             raise ValueError(f"hidden_states must be a floating-point tensor, got {hidden_states.dtype}")
         B, T, _ = hidden_states.shape
-        lengths = torch.as_tensor(lengths)
-        if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-            raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
-        if lengths.shape != (B,):
-            raise ValueError(f"lengths must have shape (batch,) = ({B},), got {tuple(lengths.shape)}")
-        lengths = lengths.to(device=hidden_states.device, dtype=torch.long)
+        if B == 0 or T == 0:
+            raise ValueError(
+                f"hidden_states must hold at least one sequence of at least one position, got shape {tuple(hidden_states.shape)}"
+            )
+        lengths = check_lengths(lengths, B).to(device=hidden_states.device, dtype=torch.long)
         lo, hi = int(lengths.min()), int(lengths.max())
         if lo < 1 or hi > T:
             raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
         return lengths
+
+    @staticmethod
+    def _check_finite(scores: torch.Tensor, valid: torch.Tensor) -> None:
+        """NaN/Inf in the per-position scores of valid positions (padding may hold anything)."""
+        bad = ~torch.isfinite(scores) & valid
+        if bool(bad.any()):
+            b, t, c = (int(i) for i in bad.nonzero()[0])
+            value = float(scores[b, t, c].detach())
+            if value != value:
+                raise ValueError(
+                    f"hidden_states contains NaN values after projection layer (sequence {b}, position {t})"
+                )
+            raise ValueError(
+                f"hidden_states contains infinite values after projection layer ({value} at sequence {b}, "
+                f"position {t}); scores must be finite inside each sequence"
+            )
 
     def build(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
         """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
@@ -247,17 +273,20 @@ class SemiMarkovCRFHead(nn.Module):
         B, T, _ = hidden_states.shape
         dtype = self.cumsum_dtype
         device_type = hidden_states.device.type
+        # shape: (B, T, 1) -- True at positions inside each sequence
+        valid = (torch.arange(T, device=lengths.device)[None, :] < lengths[:, None])[..., None]
+        # padding never influences a sequence, whatever it holds (encoders with fully masked
+        # attention produce NaN there): zero it before any layer sees it, so that no NaN reaches a
+        # value or a gradient
+        hidden_states = torch.where(valid, hidden_states, hidden_states.new_zeros(()))
         if self.projection is not None or self.proj_start is not None:
             weight = (self.projection or self.proj_start).weight
             # outside autocast, half-precision features meet float32 layers: cast the features
             if not torch.is_autocast_enabled(device_type) and hidden_states.dtype != weight.dtype:
                 hidden_states = hidden_states.to(weight.dtype)
         scores = hidden_states if self.projection is None else self.projection(hidden_states)
-        if bool(torch.isnan(scores).any()):
-            raise ValueError("hidden_states contains NaN values after projection layer")
+        self._check_finite(scores, valid)
         with torch.autocast(device_type=device_type, enabled=False):
-            # shape: (B, T, 1) -- True at positions inside each sequence
-            valid = (torch.arange(T, device=lengths.device)[None, :] < lengths[:, None])[..., None]
             scores = scores.to(dtype)
             zero = scores.new_zeros(())
             mean = torch.where(valid, scores, zero).sum(1, keepdim=True) / lengths.to(dtype)[:, None, None]
@@ -270,14 +299,12 @@ class SemiMarkovCRFHead(nn.Module):
                 scores = scores + torch.where(first, self.start_scores.to(dtype), zero)
                 scores = scores + torch.where(last, self.end_scores.to(dtype), zero)
             cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), torch.cumsum(scores, dim=1)], dim=1)
-            if bool(torch.isnan(cum_scores).any()):
-                raise ValueError("NaN detected in cumulative scores after cumsum")
             proj_start = proj_end = None
             if self.proj_start is not None:
                 proj_start = self.proj_start(hidden_states).to(dtype)
                 proj_end = self.proj_end(hidden_states).to(dtype)
             transition = self.effective_transition().to(dtype)
-            duration_bias = self.duration_bias.to(dtype)
+            duration_bias = self.duration_table(dtype)
         return SemiCRFOutput(
             partition=cum_scores.new_empty(0),
             cum_scores=cum_scores,
@@ -325,22 +352,27 @@ class SemiMarkovCRFHead(nn.Module):
             lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, self.max_duration, self.ignore_index)
         else:
             lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
-        if self.allowed_transitions is not None:
-            prev = torch.zeros_like(lab)
-            prev[:, 1:] = lab[:, :-1]
-            entering = starts.clone()
-            entering[:, 0] = False
-            forbidden = entering & ~self.allowed_transitions[prev, lab]
-            if bool(forbidden.any()):
-                b, t = (int(i) for i in forbidden.nonzero()[0])
-                raise ValueError(
-                    f"the gold segmentation of sequence {b} moves {int(prev[b, t])} -> {int(lab[b, t])} at "
-                    f"position {t}, which allowed_transitions forbids"
-                )
         return lab, starts
 
+    def _raise_forbidden_gold(self, out: SemiCRFOutput, lab: torch.Tensor, starts: torch.Tensor, code: torch.Tensor, b: int):
+        """A clear error for the first forbidden term of sequence b's gold segmentation."""
+        t = int(code[b].nonzero()[0])
+        seg_starts = starts[b].nonzero().reshape(-1).tolist() + [int(out.lengths[b])]
+        end = next(e for e in seg_starts if e > t)
+        c = int(lab[b, t])
+        where = f"the gold segmentation of sequence {b} has a segment [{t}, {end}) of label {c} (duration {end - t})"
+        kind = int(code[b, t])
+        if kind == 2:
+            c_prev = int(lab[b, t - 1])
+            raise ValueError(
+                f"the gold segmentation of sequence {b} moves {c_prev} -> {c} at position {t}, which the model "
+                "forbids (allowed_transitions, or a -inf transition entry)"
+            )
+        raise ValueError(f"{where} that the model forbids: {FORBIDDEN_REASONS[kind]}")
+
     def gold_score(self, hidden_states: torch.Tensor, lengths, labels=None, segments=None, out=None) -> torch.Tensor:
-        """Score (B,) of the given segmentation, with exactly the partition's terms."""
+        """Score (B,) of the given segmentation, with exactly the partition's terms (``-inf`` for
+        a segmentation that uses a forbidden duration, transition or first label)."""
         if out is None:
             out = self.build(hidden_states, lengths)
         lab, starts = self._gold_tensors(out, labels, segments)
@@ -357,6 +389,7 @@ class SemiMarkovCRFHead(nn.Module):
         labels: Optional[torch.Tensor] = None,
         segments: Optional[Sequence[Sequence]] = None,
         reduction: str = "mean",
+        zero_infinity: bool = False,
     ) -> torch.Tensor:
         """Negative log-likelihood ``log Z - score(gold)`` of the gold segmentation.
 
@@ -370,6 +403,12 @@ class SemiMarkovCRFHead(nn.Module):
                 ``(start, end, label)`` (end exclusive) tiling ``[0, length)``.
             reduction: ``"mean"`` over the batch, ``"sum"``, ``"token_mean"`` (sum divided by the
                 number of valid positions) or ``"none"`` (per sequence, (B,)).
+            zero_infinity: what to do with a sequence whose loss is infinite, because the model
+                allows no segmentation of it at all (log Z = -inf) or forbids its gold segmentation
+                (a -inf duration, transition or first label): ``False`` (default) raises a
+                ``ValueError`` that names the sequence (and the position and reason for a forbidden
+                gold segmentation); ``True`` gives such a sequence loss 0 and zero gradients (as
+                ``torch.nn.CTCLoss(zero_infinity=True)``).
 
         Returns:
             The NLL, >= 0 up to float rounding.
@@ -377,8 +416,27 @@ class SemiMarkovCRFHead(nn.Module):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         out = self.forward(hidden_states, lengths)
-        gold = self.gold_score(hidden_states, lengths, labels=labels, segments=segments, out=out)
+        lab, starts = self._gold_tensors(out, labels, segments)
+        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts)
+        # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
+        infinite = torch.isneginf(out.partition) | (code > 0).any(1)
+        if not zero_infinity and bool(infinite.any()):
+            b = int(infinite.nonzero()[0])
+            if bool(torch.isneginf(out.partition[b])):
+                raise ValueError(
+                    f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
+                    "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
+                    "length; pass zero_infinity=True to give such sequences loss 0"
+                )
+            self._raise_forbidden_gold(out, lab, starts, code, b)
+        with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
+            gold = gold_score(
+                out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
+                proj_start=out.proj_start, proj_end=out.proj_end,
+            )
         nll = out.partition - gold
+        if zero_infinity:
+            nll = torch.where(infinite, torch.zeros_like(nll), nll)
         if reduction == "none":
             return nll
         if reduction == "sum":
