@@ -102,7 +102,12 @@ def worker(rank: int, world_size: int, args) -> None:
         if not in_sync:
             raise RuntimeError(f"rank {rank}: parameters differ across ranks by {max_diff}")
     finally:
-        dist.destroy_process_group()
+        # every rank leaves together: a rank that tears gloo down while another is still in a
+        # collective can abort the other ("terminate called without an active exception")
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def _free_port() -> int:
