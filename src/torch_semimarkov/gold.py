@@ -2,7 +2,7 @@
 
 A segmentation is represented by two (B, T) tensors: ``labels`` (the label of each position, 0 past
 the sequence's length) and ``starts`` (True where a segment starts). Its score is the sum over its
-segments (s, k, c) with predecessor label c' of (ALGORITHM.md §1)
+segments (s, k, c) with predecessor label c' of (docs/internals.md §1)
 
     S[s+k, c] - S[s, c] + D[k-1, c] + ps[s, c] + pe[s+k-1, c] + Tr[c', c]
 

@@ -84,6 +84,9 @@ class SemiMarkovCRFHead(nn.Module):
         checkpoint_interval: the engine's checkpoint spacing (default: about sqrt(T·K)).
         cumsum_dtype: ``torch.float32`` (default) or ``torch.float64`` for the CRF math.
         ignore_index: the label expected past each sequence's length in ``labels``.
+        time_parallel: the GPU engine (see ``semi_crf_streaming_forward``): None (default) runs
+            parallel over time when the batch alone cannot fill the GPU, False one program per
+            sequence, True parallel whenever available.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -114,6 +117,7 @@ class SemiMarkovCRFHead(nn.Module):
         cumsum_dtype: torch.dtype = torch.float32,
         ignore_index: int = -100,
         duration_kwargs: Optional[dict] = None,
+        time_parallel: Optional[bool] = None,
     ):
         super().__init__()
         for name, value in (("num_classes", num_classes), ("max_duration", max_duration)):
@@ -130,6 +134,7 @@ class SemiMarkovCRFHead(nn.Module):
         self.max_duration = K
         self.hidden_dim = hidden_dim
         self.use_triton = use_triton
+        self.time_parallel = time_parallel
         self.checkpoint_interval = checkpoint_interval
         self.cumsum_dtype = cumsum_dtype
         self.ignore_index = ignore_index
@@ -321,6 +326,7 @@ class SemiMarkovCRFHead(nn.Module):
             proj_end=out.proj_end,
             use_triton=self.use_triton,
             checkpoint_interval=self.checkpoint_interval,
+            time_parallel=self.time_parallel,
         )
 
     def forward(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:

@@ -8,7 +8,7 @@ Two references that share no code with the streaming engine:
   log or max semiring, differentiable by autograd. :func:`naive_semi_crf_viterbi` adds a traceback
   and :func:`naive_marginals` gets every marginal from autograd.
 
-Both take the inputs of the streaming API (ALGORITHM.md §1). The score of a segment (s, k, c) after
+Both take the inputs of the streaming API (docs/internals.md §1). The score of a segment (s, k, c) after
 a segment with label c_prev is
 
     S[s+k, c] - S[s, c] + D[k-1, c] + ps[s, c] + pe[s+k-1, c] + Tr[c_prev, c]
@@ -50,7 +50,7 @@ BRUTE_FORCE_MAX_T = 8
 class BruteForceResult:
     """Everything :func:`brute_force` computes, per sequence of the batch.
 
-    ``end`` is indexed by the segment's last position e (P_end(e+1, c) of ALGORITHM.md §3).
+    ``end`` is indexed by the segment's last position e (P_end(e+1, c) of docs/internals.md §3).
     Positions at or past a sequence's length hold 0.
     """
 

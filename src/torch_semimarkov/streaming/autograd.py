@@ -21,20 +21,22 @@ from .pytorch_reference import (
 from .segments import Segment, segments_from_boundaries
 from .validation import StreamingInputs, validate_streaming_inputs
 
-_TRITON = None  # (forward launcher, backward launcher, viterbi launcher) or False once probed
+_TRITON = None  # the Triton launch module, or False once probed and found unusable
 
 
 def _triton_launchers():
-    """Import the Triton launchers once; ``False`` when Triton is not usable here."""
+    """Import the Triton launchers once (the ``kernels.launch`` module); ``False`` when Triton
+    is not usable here."""
     global _TRITON
     if _TRITON is None:
         try:
-            from .triton_backward import launch_streaming_triton_backward
-            from .triton_forward import HAS_TRITON, launch_streaming_triton_kernel, launch_streaming_triton_viterbi
+            from .kernels import HAS_TRITON
 
             _TRITON = False
             if HAS_TRITON:
-                _TRITON = (launch_streaming_triton_kernel, launch_streaming_triton_backward, launch_streaming_triton_viterbi)
+                from .kernels import launch
+
+                _TRITON = launch
         except Exception as exc:  # noqa: BLE001 - a broken install must not break the PyTorch path
             warnings.warn(
                 f"torch_semimarkov: the Triton kernels could not be loaded ({type(exc).__name__}: {exc}); "
@@ -96,45 +98,61 @@ def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
     return grad_cum, grad_tr, grad_db, grad_ps, grad_pe
 
 
+class EngineOptions(NamedTuple):
+    """Launch options of one call (everything but the tensors)."""
+
+    checkpoint_interval: Optional[int] = None
+    num_warps: Optional[int] = None
+    time_parallel: Optional[bool] = None
+
+
 class _StreamingFunction(torch.autograd.Function):
-    """log Z with a hand-written checkpointed backward. Subclasses pick the implementation."""
+    """log Z with a hand-written backward. Subclasses pick the implementation: ``_forward_impl``
+    returns ``(partition, state tensors, extra)`` and ``_backward_impl`` turns them back into the
+    unscaled marginals and per-sequence parameter gradients."""
 
     backend = "PyTorch"
 
     @staticmethod
-    def _forward_impl(*args, **kwargs):
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
         raise NotImplementedError
 
     @staticmethod
-    def _backward_impl(*args, **kwargs):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, extra):
         raise NotImplementedError
 
     @classmethod
-    def _forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
-        partition, ring_ckpts, interval, norm_ckpts = cls._forward_impl(
-            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps
-        )
+    def _forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
+        partition, state, extra = cls._forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start,
+                                                    proj_end, options)
         if _debug():
             # -inf is a real answer (a sequence with no allowed segmentation); NaN and +inf are not
             _check_finite("forward partition", cls.backend, allow_neg_inf=True, partition=partition)
         # keep log Z in full precision for the backward: marginals are exp(... - log Z)
-        ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts)
-        ctx.K, ctx.interval, ctx.num_warps = K, interval, num_warps
+        ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, *state)
+        ctx.K, ctx.extra = K, extra
         return partition.to(cum_scores.dtype)
 
     @classmethod
     def _backward(cls, ctx, grad_output):
-        cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, ring_ckpts, norm_ckpts = ctx.saved_tensors
+        cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, *state = ctx.saved_tensors
         p_start, p_end, g_tr, g_db = cls._backward_impl(
-            cum_scores, transition, duration_bias, lengths, ctx.K, partition, ring_ckpts, ctx.interval, norm_ckpts,
-            proj_start, proj_end, ctx.num_warps,
-        )
+            cum_scores, transition, duration_bias, lengths, ctx.K, proj_start, proj_end, partition, state, ctx.extra)
         grads = _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
         if _debug():
             names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
             _check_finite("CRF backward", cls.backend, **dict(zip(names, grads)))
         grad_cum, grad_tr, grad_db, grad_ps, grad_pe = grads
-        return grad_cum, grad_tr, grad_db, None, None, grad_ps, grad_pe, None, None
+        return grad_cum, grad_tr, grad_db, None, None, grad_ps, grad_pe, None
+
+    @classmethod
+    def forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None,
+                options=EngineOptions()):
+        return cls._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options)
+
+    @classmethod
+    def backward(cls, ctx, grad_output):
+        return cls._backward(ctx, grad_output)
 
 
 class SemiCRFStreaming(_StreamingFunction):
@@ -143,52 +161,40 @@ class SemiCRFStreaming(_StreamingFunction):
     backend = "PyTorch"
 
     @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
-        return semi_crf_streaming_forward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
+        partition, ring, interval, norms = semi_crf_streaming_forward_pytorch(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
         )
+        return partition, (ring, norms), interval
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval):
+        ring, norms = state
         return semi_crf_streaming_backward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
         )
-
-    @staticmethod
-    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=None):
-        return SemiCRFStreaming._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return SemiCRFStreaming._backward(ctx, grad_output)
 
 
 class SemiCRFStreamingTriton(_StreamingFunction):
-    """Autograd Function for log Z on the Triton path (CUDA tensors)."""
+    """Autograd Function for log Z on the Triton path (CUDA tensors); the forward's
+    :class:`~torch_semimarkov.streaming.kernels.KernelPlan` is reused by the backward."""
 
     backend = "Triton"
 
     @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
-        launch_forward = _triton_launchers()[0]
-        return launch_forward(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval, num_warps
-        )
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
+        launch = _triton_launchers()
+        plan = launch.plan_for(cum_scores, transition, K, "log", options.num_warps, options.time_parallel,
+                               options.checkpoint_interval)
+        partition, state = launch.launch_forward(cum_scores, transition, duration_bias, lengths, K, "log", proj_start,
+                                                 proj_end, plan=plan, save_for_backward=True)
+        return partition, tuple(state), plan
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps):
-        launch_backward = _triton_launchers()[1]
-        return launch_backward(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps
-        )
-
-    @staticmethod
-    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=None):
-        return SemiCRFStreamingTriton._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return SemiCRFStreamingTriton._backward(ctx, grad_output)
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, plan):
+        launch = _triton_launchers()
+        return launch.launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                      plan=plan, state=launch.ForwardState(*state))
 
 
 def _check_num_warps(num_warps) -> None:
@@ -214,6 +220,7 @@ def semi_crf_streaming_forward(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    time_parallel: Optional[bool] = None,
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
 
@@ -236,6 +243,9 @@ def semi_crf_streaming_forward(
         num_warps: Triton warps per program; None (default) picks them from the problem size
             (measured best per ring size on an H200); an int forces that many.
         checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
+        time_parallel: GPU engine: ``None`` (default) runs the recurrences parallel over time
+            (chunks with fix-up, exact) when the batch alone cannot fill the GPU and the sequences
+            are long, ``False`` one program per sequence, ``True`` parallel whenever available.
 
     Returns:
         (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``;
@@ -258,35 +268,37 @@ def semi_crf_streaming_forward(
     )
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
     if not needs_grad:
-        return _score_no_grad(inp, semiring, use_triton, num_warps, checkpoint_interval)
+        return _score_no_grad(inp, semiring, use_triton, options)
     if semiring == "max":
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
-            (use_triton, num_warps),
+            (use_triton, options),
         )
     fn = _function_for(inp, use_triton)
-    return fn.apply(
-        inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
-        checkpoint_interval, num_warps,
-    )
+    return fn.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start,
+                    inp.proj_end, options)
 
 
-def _score_no_grad(inp: StreamingInputs, semiring: str, use_triton: bool, num_warps: int, checkpoint_interval):
+def _score_no_grad(inp: StreamingInputs, semiring: str, use_triton: bool, options: EngineOptions):
     """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
     with torch.no_grad():
         if _can_use_triton(inp, use_triton):
-            score = _triton_launchers()[0](*args, checkpoint_interval, num_warps, save_for_backward=False)[0]
+            launch = _triton_launchers()
+            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, semiring, options.num_warps,
+                                   options.time_parallel, options.checkpoint_interval)
+            score = launch.launch_forward(*args, plan=plan, save_for_backward=False)[0]
         else:
-            score = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
+            score = semi_crf_streaming_forward_pytorch(*args, options.checkpoint_interval)[0]
     return score.to(inp.cum_scores.dtype)
 
 
 class _ViterbiScore(torch.autograd.Function):
     """The best segmentation's score; its gradient is the indicator of that segmentation.
 
-    d score / d input counts how often each score term enters the best path (ALGORITHM.md §1):
+    d score / d input counts how often each score term enters the best path (docs/internals.md §1):
     +1 at ``cum_scores[end, c]``, -1 at ``cum_scores[start, c]``, +1 at ``duration_bias[k-1, c]``,
     ``proj_start[start, c]`` and ``proj_end[end-1, c]``, +1 at the transition taken into each later
     segment, and for the first segment the gradient of its phantom term
@@ -296,10 +308,11 @@ class _ViterbiScore(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend_args):
-        use_triton, num_warps = backend_args
+        use_triton, options = backend_args
         inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         result = semi_crf_streaming_viterbi(
-            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
+            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, options.num_warps,
+            time_parallel=options.time_parallel, _validated=inp,
         )
         ctx.save_for_backward(cum_scores, transition, lengths, result.labels)
         ctx.segments, ctx.K = result.segments, K
@@ -380,6 +393,7 @@ def semi_crf_streaming_viterbi(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    time_parallel: Optional[bool] = None,
     *,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
@@ -414,7 +428,10 @@ def semi_crf_streaming_viterbi(
             None if inp.proj_end is None else inp.proj_end.detach())
     with torch.no_grad():
         if _can_use_triton(inp, use_triton):
-            scores, labels, starts = _triton_launchers()[2](*args, num_warps=num_warps)
+            launch = _triton_launchers()
+            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "max", num_warps, time_parallel)
+            scores, labels, starts = launch.launch_viterbi(*args, plan=plan)
+            scores = scores.to(inp.cum_scores.dtype)
         else:
             scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
     # one device-to-host transfer for labels, segment starts and lengths
@@ -458,6 +475,7 @@ def semi_crf_streaming_marginals(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    time_parallel: Optional[bool] = None,
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
 
@@ -483,9 +501,11 @@ def semi_crf_streaming_marginals(
     pe = None if inp.proj_end is None else inp.proj_end.detach()
     with torch.no_grad():
         if _can_use_triton(inp, use_triton):
-            launch_forward, launch_backward, _ = _triton_launchers()
-            log_z, ring, interval, norms = launch_forward(*args, "log", ps, pe, checkpoint_interval, num_warps)
-            p_start, p_end, _, _ = launch_backward(*args, log_z, ring, interval, norms, ps, pe, num_warps)
+            launch = _triton_launchers()
+            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "log", num_warps, time_parallel,
+                                   checkpoint_interval)
+            log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, save_for_backward=True)
+            p_start, p_end, _, _ = launch.launch_backward(*args, ps, pe, plan=plan, state=state)
         else:
             log_z, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, "log", ps, pe, checkpoint_interval)
             p_start, p_end, _, _ = semi_crf_streaming_backward_pytorch(*args, log_z, ring, interval, norms, ps, pe)

@@ -1,7 +1,7 @@
 """Streaming semi-CRF in plain PyTorch: forward, checkpointed backward, Viterbi.
 
 This is the CPU path of :mod:`torch_semimarkov.streaming` and the reference the Triton kernels are
-tested against. It follows ``docs/internals.md`` (the factored recurrence of ALGORITHM.md):
+tested against. It follows ``docs/internals.md`` (its factored recurrence):
 
 * forward state is a ring of the last K values of ``W_s = u_s - S_s + ps_s`` (factored, static
   ``(C, C)`` transition) or of ``alpha`` (direct, ``(K, C, C)`` transition), O(K·C) per sequence;
@@ -435,7 +435,7 @@ def semi_crf_streaming_backward_pytorch(
     """Streaming backward pass: posterior marginals, which are the gradients of log Z.
 
     Walks the checkpoint intervals in reverse; in each it recomputes alpha from the checkpoint,
-    runs the beta recurrence (ALGORITHM.md §3) backward through it, and evaluates the marginals of
+    runs the beta recurrence (docs/internals.md §3) backward through it, and evaluates the marginals of
     the whole interval at once.
 
     Args:
@@ -473,7 +473,7 @@ def semi_crf_streaming_backward_pytorch(
     # beta_t is a real message for t < L; at t = L it is 0 (the message is multiplied by cont)
     cont = starts_ok.to(dtype)
     cont_cols = cont.unsqueeze(2).unbind(0)
-    # X'_t = pe_{t-1} + beta_t (X of ALGORITHM.md §3 without S_t, which enters as content);
+    # X'_t = pe_{t-1} + beta_t (X of docs/internals.md §3 without S_t, which enters as content);
     # x_add[t] = pe_{t-1} for 1 <= t <= L and IMPOSSIBLE past it, so X'_t is impossible there
     x_add = torch.zeros(span, B, C, dtype=dtype, device=device)
     if terms.pe is not None:

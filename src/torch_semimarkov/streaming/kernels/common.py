@@ -1,0 +1,131 @@
+"""Pieces every Triton kernel of the engine shares: Triton's optional import, constants and small
+``@triton.jit`` helpers (log-sum-exp, normaliser shift, online reductions, padded row loads).
+
+Notation used by every kernel and in ``docs/internals.md``: ``alpha_hat`` / ``beta_hat`` are the
+forward / backward messages relative to a float64 frame (``F`` forward, ``G`` backward);
+``U_s = u_s + ps_s`` is the forward ring quantity (the factored recurrence) and
+``Y_t = pe_{t-1} + beta_t`` the backward one; "DUR" marks the direct recurrence of a (K, C, C)
+transition, whose ring holds ``alpha`` itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+try:  # Triton is optional: the package imports without it.
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - exercised only without triton
+    triton = None
+    tl = None
+    libdevice = None
+    HAS_TRITON = False
+
+#: Structural mask and the value of an impossible state inside the kernels (= IMPOSSIBLE).
+MASK = -1e30
+
+#: Move the reference of the segment sums in a register ring every this many steps.
+REBASE = 4
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+if HAS_TRITON:
+    #: MASK as a compile-time constant: what the kernels see (a plain global is not allowed there)
+    MASK_K = tl.constexpr(MASK)
+
+    #: libdevice's log (1 ulp) on the GPU: lg2.approx has a small absolute bias that a
+    #: recurrence over 10^6 steps would sum; the interpreter has no libdevice
+    _PRECISE_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+
+    @triton.jit
+    def log_(x):
+        """Natural log: libdevice's on the GPU, tl.log in the interpreter."""
+        y = tl.log(x)
+        if _PRECISE_LOG:
+            y = libdevice.log(x)
+        return y
+
+    @triton.jit
+    def possible_shift(m):
+        """A normaliser shift: ``m``, or 0 where every state is impossible (m below -1e29), so
+        that frames only move by real values and an infeasible prefix costs no precision."""
+        return tl.where(m > -1e29, m, 0.0)
+
+    @triton.jit
+    def lse_rows(x):
+        """Log-sum-exp of a (rows, cols) tile over its rows (axis 0): one value per column."""
+        mx = tl.max(x, 0)
+        return mx + log_(tl.sum(tl.exp(x - mx[None, :]), 0))
+
+    @triton.jit
+    def lse_cols(x):
+        """Log-sum-exp of a (rows, cols) tile over its columns (axis 1): one value per row."""
+        mx = tl.max(x, 1)
+        return mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
+
+    @triton.jit
+    def online_lse(run_m, run_s, x):
+        """Fold a (rows, cols) tile into a running log-sum-exp over rows: ``(max, sum)`` per column."""
+        nm = tl.maximum(run_m, tl.max(x, 0))
+        run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[None, :]), 0)
+        return nm, run_s
+
+    @triton.jit
+    def online_lse_value(run_m, run_s, valid):
+        """The value of a running log-sum-exp (MASK-like where nothing real was folded in)."""
+        return run_m + log_(tl.where(valid & (run_s > 0), run_s, 1.0))
+
+    @triton.jit
+    def load_row(ptr, oc, mc, other):
+        """One (C_PAD,) float32 row of a (T, C) array, padded with ``other``."""
+        return tl.load(ptr + oc, mask=mc, other=other).to(tl.float32)
+
+    @triton.jit
+    def scalar_f64(ptr, live):
+        """A float64 scalar from memory (0 where ``live`` is False)."""
+        o = tl.arange(0, 2)
+        return tl.sum(tl.load(ptr + o * 0, mask=(o == 0) & live, other=0.0), 0)
+
+    @triton.jit
+    def row_offset_bounds(new, ref, fd, mc, TOL):
+        """How one recomputed row agrees with its stored version up to a constant offset.
+
+        ``new`` and ``ref`` are (C_PAD,) float32 rows relative to frames whose difference is
+        ``fd`` (float64). Returns the interval [lo, hi] of offsets delta with
+        ``|new - ref + fd - delta| <= TOL * (1 + |ref|)`` for every real label (a few float32 ulps
+        of each value): lo > hi when no offset fits, in particular when a label is impossible in
+        one row and possible in the other; (-big, big) when every label is impossible in both.
+        """
+        big = 1e300
+        imp_new = new < -1e29
+        imp_ref = ref < -1e29
+        mismatch = tl.sum((mc & (imp_new != imp_ref)).to(tl.int32), 0) > 0
+        both = mc & (~imp_new) & (~imp_ref)
+        d = new - ref
+        e = TOL * (1.0 + tl.abs(ref))
+        lo = tl.max(tl.where(both, d - e, -3e38), 0).to(tl.float64) + fd
+        hi = tl.min(tl.where(both, d + e, 3e38), 0).to(tl.float64) + fd
+        anyb = tl.sum(both.to(tl.int32), 0) > 0
+        lo = tl.where(mismatch, big, tl.where(anyb, lo, -big))
+        hi = tl.where(mismatch, -big, tl.where(anyb, hi, big))
+        return lo, hi
+
+    @triton.jit
+    def window_offset(wlo, whi, idx, slot, lo, hi, inwin):
+        """Put one row's offset interval into the window ring (``idx == slot``) and intersect
+        the rows in the window: returns the ring and ``(converged, delta)``, delta the middle of
+        the intersection (0 if every row of the window is impossible in both runs)."""
+        big = 1e300
+        wlo = tl.where(idx == slot, lo, wlo)
+        whi = tl.where(idx == slot, hi, whi)
+        glo = tl.max(tl.where(inwin, wlo, -big), 0)
+        ghi = tl.min(tl.where(inwin, whi, big), 0)
+        ok = glo <= ghi
+        delta = tl.where((glo > -big) & (ghi < big), 0.5 * (glo + ghi), 0.0)
+        return wlo, whi, ok, delta

@@ -1,0 +1,167 @@
+"""Host side of the time-parallel engine: the spec / fix-up / repair launches of the chunked
+forward, beta and traceback kernels, and the prefix sums of the chunk offsets.
+
+``forward.py``, ``beta.py`` and ``traceback.py`` explain the algorithm; this file allocates the
+per-chunk state (end states, flags, offsets), launches the three phases in order and turns the
+per-chunk offsets into global frames. Everything is deterministic: the chunking depends only on
+the plan, and the offsets are summed in a fixed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .common import REBASE, next_pow2
+from .plan import KernelPlan
+
+#: Two runs are one up to a constant when every value of their last K rows differs by one offset
+#: to within TOL * (1 + |value|): about 8 float32 ulps of each value.
+TOL = 1e-6
+
+
+@dataclass
+class ChunkStats:
+    """What the fix-ups did, per (sequence, chunk): ``converged`` (B, n) bool (the chunk's last
+    fix-up converged or merged; the first chunk of the forward and the last of the backward never
+    need one), ``steps`` (B, n) positions its last fix-up ran (forward and beta), and ``redone``
+    (B, n) chunks fixed up again by the repair because their neighbour did not converge."""
+
+    converged: torch.Tensor
+    steps: torch.Tensor
+    redone: torch.Tensor
+
+
+def _chunk_state(B, n, n32, n64, nb, dev):
+    """End states ([0] spec runs, [1] fix-ups that did not converge) and the per-chunk flags."""
+    e32 = torch.empty((2, B, n, n32), device=dev, dtype=torch.float32)
+    e64 = torch.empty((2, B, n, n64), device=dev, dtype=torch.float64)
+    eb = torch.empty((2, B, n, nb), device=dev, dtype=torch.int32) if nb else torch.empty((1,), device=dev, dtype=torch.int32)
+    status = torch.ones((B, n), device=dev, dtype=torch.int32)
+    src = torch.ones((B, n), device=dev, dtype=torch.int32)
+    delta = torch.zeros((B, n), device=dev, dtype=torch.float64)
+    steps = torch.zeros((B, n), device=dev, dtype=torch.int32)
+    return e32, e64, eb, status, src, delta, steps
+
+
+def _three_phases(kernel, B, n, args, meta, steps):
+    """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again."""
+    kernel[(B, n)](**args, PHASE=1, **meta)
+    if n == 1:
+        return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
+    kernel[(B, n)](**args, PHASE=2, **meta)
+    before = steps.clone()
+    kernel[(B,)](**args, PHASE=3, **meta)
+    return steps.ne(before)
+
+
+def forward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch.Tensor:
+    """Add each chunk's offset O_j = delta_1 + ... + delta_j (prefix sum in a fixed order) to the
+    frames of its positions; position p belongs to chunk min(p // W, n - 1)."""
+    offset = torch.cumsum(delta, dim=1)
+    idx = (torch.arange(frames.shape[1], device=frames.device) // W).clamp(max=delta.shape[1] - 1)
+    return frames + offset[:, idx]
+
+
+def backward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch.Tensor:
+    """The backward's offsets: O_j = delta_j + ... + delta_{n-1} (suffix sum in a fixed order);
+    row t >= 1 belongs to chunk (t - 1) // W."""
+    offset = torch.flip(torch.cumsum(torch.flip(delta, (1,)), dim=1), (1,))
+    t = torch.arange(frames.shape[1], device=frames.device)
+    idx = ((t - 1).clamp(min=0) // W).clamp(max=delta.shape[1] - 1)
+    return frames + offset[:, idx]
+
+
+def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                    plan: KernelPlan, tol: float = TOL):
+    """Every position's forward state by the chunked fix-up (register ring, (C, C) transition).
+
+    Returns ``(saved, frames, bp, stats)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and
+    ``U_hat``, ``frames`` (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers
+    (max semiring, else None) and :class:`ChunkStats`.
+    """
+    from .forward import _fwd_reg_chunks_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    is_max = semiring == "max"
+    c_pad, k_pad, W, n = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks
+    saved = torch.empty((2, B, T1, C), device=dev, dtype=torch.float32)
+    frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    bp = torch.empty((B, T1, C) if is_max else (1,), device=dev, dtype=torch.int32)
+    e32, e64, eb, status, src, delta, steps = _chunk_state(
+        B, n, k_pad * c_pad + c_pad, k_pad + 1, k_pad * c_pad if is_max else 0, dev)
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        w_ptr=saved[1], a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64, eb=eb,
+        st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=plan.K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1, TOL=float(tol),
+    )
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
+                HAS_PE=proj_end is not None, REBASE=REBASE, num_warps=plan.num_warps, IDX64=plan.idx64)
+    redone = _three_phases(_fwd_reg_chunks_kernel, B, n, args, meta, steps)
+    frames = forward_offsets(frames, delta, W)
+    return saved, frames, (bp if is_max else None), ChunkStats(status.bool(), steps, redone)
+
+
+def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
+                 tol: float = TOL):
+    """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
+    chunked fix-up of the beta recurrence (register ring, (C, C) transition).
+
+    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
+    """
+    from .beta import _beta_reg_chunks_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    c_pad, k_pad, W, n = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks
+    x_hat = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+    g = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    e32, e64, _, status, src, delta, steps = _chunk_state(B, n, k_pad * c_pad + 2 * c_pad, k_pad + 1, 0, dev)
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=plan.K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=float(tol),
+    )
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+                REBASE=REBASE, num_warps=plan.num_warps, IDX64=plan.idx64)
+    redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, meta, steps)
+    g = backward_offsets(g, delta, W)
+    return x_hat, g, ChunkStats(status.bool(), steps, redone)
+
+
+def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
+    """Labels and segment starts from the chunked max-semiring forward's packed backpointers
+    (``traceback.py``); ``lengths`` must be 0 for sequences with no segmentation.
+
+    Returns ``(labels (B, T) int64, starts (B, T) bool, merged (B, n) bool)``.
+    """
+    from .traceback import _traceback_chunks_kernel
+
+    B, T1, C = bp.shape
+    T = T1 - 1
+    dev = bp.device
+    W, n = plan.chunk, plan.n_chunks
+    # guessed start node of chunk j: the best label ending at b_j (the last chunk: the truth)
+    ends = torch.minimum((torch.arange(n, device=dev)[None, :] + 1) * W, lengths[:, None])
+    guess = torch.gather(alpha_hat, 1, ends[:, :, None].expand(B, n, C)).argmax(-1).to(torch.int32)
+    labels = torch.empty((B, T), device=dev, dtype=torch.int64)
+    starts = torch.empty((B, T), device=dev, dtype=torch.bool)
+    mark = torch.empty((B, T1), device=dev, dtype=torch.int32)
+    exits = torch.empty((2, B, n, 3), device=dev, dtype=torch.int32)
+    status = torch.ones((B, n), device=dev, dtype=torch.int32)
+    src = torch.ones((B, n), device=dev, dtype=torch.int32)
+    args = dict(bp_ptr=bp, guess_ptr=guess, len_ptr=lengths, lab_ptr=labels, st_ptr=starts.view(torch.int8),
+                mk_ptr=mark, ex_ptr=exits, stt_ptr=status, src_ptr=src, C=C, T=T, W=W, NCH=n, s_bp_b=T1 * C)
+    meta = dict(K_BLOCK=max(2, min(128, next_pow2(plan.K))), FILL=min(1024, max(32, next_pow2(W))), num_warps=1,
+                IDX64=plan.idx64)
+    _three_phases(_traceback_chunks_kernel, B, n, args, meta, status)
+    return labels, starts, status.bool()
