@@ -244,6 +244,29 @@ def _nan_filled(factory):
     return wrapped
 
 
+@pytest.fixture(params=["register-ring", "memory-ring", "memory-ring-kblock2"])
+def ring(request, monkeypatch):
+    """Run a Triton test with the register-ring kernels (small K·C), with the memory-ring ones
+    (large), and with duration tiles of 2 so that every duration loop takes several blocks."""
+    from torch_semimarkov.streaming.kernels import plan
+
+    monkeypatch.setattr(plan, "FORCE_MEMORY_RING", request.param != "register-ring")
+    if request.param == "memory-ring-kblock2":
+        monkeypatch.setattr(plan, "K_BLOCK_OVERRIDE", 2)
+    return request.param
+
+
+@pytest.fixture(params=["sequential", "parallel"])
+def engine(request, monkeypatch):
+    """Run a Triton test through one program per sequence and through the time-parallel engine
+    with chunks of 4 positions (or K), so that small cases take several chunks and fix-ups."""
+    from torch_semimarkov.streaming.kernels import plan
+
+    if request.param == "parallel":
+        monkeypatch.setattr(plan, "CHUNK_OVERRIDE", 4)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def nan_filled_empty(monkeypatch):
     """Fill every new ``torch.empty`` float tensor with NaN so that memory never written fails."""

@@ -20,7 +20,7 @@ T, K, C = 100_000, 64, 8
 def _inputs():
     g = torch.Generator().manual_seed(2024)
     scores = torch.randn(1, T, C, generator=g)
-    # zero-centred per label, as a model's head does before the cumsum (ALGORITHM.md §5)
+    # zero-centred per label, as a model's head does before the cumsum (docs/internals.md §5)
     scores = scores - scores.mean(dim=1, keepdim=True)
     cum = torch.zeros(1, T + 1, C, dtype=torch.float64)
     cum[:, 1:] = scores.double().cumsum(1)

@@ -12,7 +12,7 @@ from torch_semimarkov import semi_crf_streaming_forward
 def test_broken_kernel_module_warns_and_falls_back(monkeypatch):
     monkeypatch.setattr(dispatch, "_TRITON", None)
     # a None entry makes importing the module fail, as a broken install would
-    monkeypatch.setitem(sys.modules, "torch_semimarkov.streaming.triton_forward", None)
+    monkeypatch.setitem(sys.modules, "torch_semimarkov.streaming.kernels", None)
     with pytest.warns(RuntimeWarning, match="could not be loaded"):
         assert dispatch.triton_available() is False
     cum = torch.nn.functional.pad(torch.randn(1, 6, 2).cumsum(1), (0, 0, 1, 0))

@@ -1,6 +1,9 @@
-"""The Triton kernels on a CUDA GPU against the float64 PyTorch path (skipped without CUDA).
+"""The Triton kernels on a CUDA GPU against the float64 PyTorch path (skipped without CUDA), with
+one program per sequence and parallel over time.
 
-The long-sequence and benchmark checks live in ``scripts/gpu_check.py``; these are the quick ones.
+The interpreter tests (``tests/test_kernels_*.py``) run on CUDA too when one is present; the
+long-sequence checks live in ``scripts/gpu_check.py``; these are the quick ones at sizes where
+the time-parallel engine takes several chunks by itself.
 """
 
 from __future__ import annotations
@@ -16,16 +19,17 @@ pytestmark = [
 ]
 
 CASES = [
-    (4, 300, 12, 6, "ragged", "both", False),
-    (3, 200, 40, 24, None, "none", False),
-    (5, 150, 1, 5, "ragged", "none", False),
-    (4, 120, 2, 7, None, "start", False),
-    (3, 40, 64, 3, "ragged", "none", False),
-    (2, 500, 200, 9, None, "end", False),
+    (4, 3000, 12, 6, "ragged", "both", False),
+    (3, 2000, 40, 24, None, "none", False),
+    (5, 1500, 1, 5, "ragged", "none", False),
+    (4, 1200, 2, 7, None, "start", False),
+    (3, 400, 64, 3, "ragged", "none", False),
+    (2, 5000, 200, 9, None, "end", False),
     (3, 80, 6, 5, "ragged", "both", True),
 ]
 IDS = [case_id(B, T, K, C, lens or "", proj if proj != "none" else "", "KCC" if kcc else "")
        for B, T, K, C, lens, proj, kcc in CASES]
+ENGINES = [False, True]
 
 
 def _cuda(inp, dtype=torch.float32):
@@ -33,15 +37,27 @@ def _cuda(inp, dtype=torch.float32):
                 (v.to("cuda") if isinstance(v, torch.Tensor) else v)) for k, v in inp.items()}
 
 
-def _triton(inp):
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-    from torch_semimarkov.streaming.triton_forward import launch_streaming_triton_kernel
+def _plan(v, semiring, parallel):
+    from torch_semimarkov.streaming.kernels import launch
+
+    try:
+        p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=parallel)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    if parallel and not p.time_parallel:
+        pytest.skip("one chunk")
+    return p
+
+
+def _triton(inp, parallel):
+    from torch_semimarkov.streaming.kernels import launch
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     v = validate_streaming_inputs(**inp)
+    plan = _plan(v, "log", parallel)
     common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
-    z, st, iv, fr = launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end)
-    return z, launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+    z, state = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=plan)
+    return z, launch.launch_backward(*common, v.proj_start, v.proj_end, plan=plan, state=state)
 
 
 def _reference(inp):
@@ -54,21 +70,23 @@ def _reference(inp):
     return z, ref.semi_crf_streaming_backward_pytorch(*common, z, ring, iv, norms, v.proj_start, v.proj_end)
 
 
+@pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_forward_backward_match_float64_reference(case):
+def test_forward_backward_match_float64_reference(case, parallel):
     B, T, K, C, lens, proj, kcc = case
     inp = make_inputs(B, T, K, C, dtype=torch.float64, seed=7, lengths=lens, proj=proj, duration_transitions=kcc)
+    z, got = _triton(_cuda(inp, torch.float32), parallel)
     z_ref, expected = _reference(inp)
-    z, got = _triton(_cuda(inp, torch.float32))
     assert_close(z.cpu(), z_ref, atol=1e-4, rtol=1e-6, msg="log Z")
     for name, a, e in zip(("p_start", "p_end", "transition", "duration_bias"), got, expected):
         assert_close(a.cpu(), e, atol=2e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_viterbi_matches_float64_reference(case):
+def test_viterbi_matches_float64_reference(case, parallel):
     from torch_semimarkov.streaming import pytorch_reference as ref
-    from torch_semimarkov.streaming.triton_forward import launch_streaming_triton_viterbi
+    from torch_semimarkov.streaming.kernels import launch
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     B, T, K, C, lens, proj, kcc = case
@@ -77,31 +95,33 @@ def test_viterbi_matches_float64_reference(case):
     s_ref, l_ref, st_ref = ref.semi_crf_streaming_viterbi_pytorch(
         v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start, v.proj_end)
     g = validate_streaming_inputs(**_cuda(inp), semiring="max")
-    s, labels, starts = launch_streaming_triton_viterbi(
-        g.cum_scores, g.transition, g.duration_bias, g.lengths, g.K, g.proj_start, g.proj_end)
+    s, labels, starts = launch.launch_viterbi(g.cum_scores, g.transition, g.duration_bias, g.lengths, g.K,
+                                              g.proj_start, g.proj_end, plan=_plan(g, "max", parallel))
     assert_close(s.cpu(), s_ref, atol=1e-4, rtol=1e-6)
     assert torch.equal(labels.cpu(), l_ref.cpu())
     assert torch.equal(starts.cpu(), st_ref.cpu())
 
 
-def test_gradients_bitwise_deterministic():
-    inp = _cuda(make_inputs(8, 1000, 32, 12, dtype=torch.float32, seed=9, lengths="ragged", proj="both"))
-    z0, g0 = _triton(inp)
+@pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
+def test_gradients_bitwise_deterministic(parallel):
+    inp = _cuda(make_inputs(8, 3000, 32, 12, dtype=torch.float32, seed=9, lengths="ragged", proj="both"))
+    z0, g0 = _triton(inp, parallel)
     for _ in range(9):
-        z, g = _triton(inp)
+        z, g = _triton(inp, parallel)
         assert torch.equal(z, z0)
         assert all(torch.equal(a, b) for a, b in zip(g, g0))
 
 
-def test_public_api_gradients_match_pytorch_path():
+@pytest.mark.parametrize("time_parallel", [None, False, True])
+def test_public_api_gradients_match_pytorch_path(time_parallel):
     from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
 
-    inp = _cuda(make_inputs(3, 257, 9, 5, dtype=torch.float64, seed=10, lengths="ragged", proj="both"))
+    inp = _cuda(make_inputs(3, 2570, 9, 5, dtype=torch.float64, seed=10, lengths="ragged", proj="both"))
     res = {}
     for use_triton in (True, False):
         d = {k: (v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v)
              for k, v in inp.items()}
-        z = semi_crf_streaming_forward(**d, use_triton=use_triton)
+        z = semi_crf_streaming_forward(**d, use_triton=use_triton, time_parallel=time_parallel)
         (z * torch.tensor([0.5, 1.0, 1.5], device="cuda", dtype=z.dtype)).sum().backward()
         res[use_triton] = [z] + [d[k].grad for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")]
     for a, e in zip(res[True], res[False]):
@@ -110,27 +130,33 @@ def test_public_api_gradients_match_pytorch_path():
 
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 def test_checkpointed_recompute_is_bitwise_and_interval_independent(kcc):
-    """The backward recomputes every position from the forward's checkpoints: the recomputed state
-    equals a save-all forward bitwise, so the gradients do not depend on the interval."""
-    from torch_semimarkov.streaming import triton_forward as tf
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    """The sequential backward recomputes every position from the forward's checkpoints: the
+    recomputed state equals a save-all forward bitwise, so the gradients do not depend on the
+    interval."""
+    from torch_semimarkov.streaming.kernels import launch
+    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     inp = _cuda(make_inputs(4, 600, 16, 6, dtype=torch.float32, seed=11, lengths="ragged", proj="both",
                             duration_transitions=kcc))
     v = validate_streaming_inputs(**inp)
     common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
-    _, (saved, frames, _), _ = tf._forward_impl(*common, "log", v.proj_start, v.proj_end, None, True, save_all=True)
+
+    def plan(interval=None):
+        return launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False, checkpoint_interval=interval)
+
+    _, (saved, frames) = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=plan(), save="all")
     first = None
     for interval in (1, 7, None, 1000):
-        z, st, iv, fr = tf.launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end, interval)
-        got, got_f = tf.recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+        p = plan(interval)
+        z, state = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=p)
+        got, got_f = recompute_forward_state(*common[:4], v.proj_start, v.proj_end, p, *state)
         for b, L in enumerate(v.lengths.tolist()):
             assert torch.equal(got[0, b, :L + 1], saved[0, b, :L + 1])
             assert torch.equal(got_f[b, :L + 1], frames[b, :L + 1])
             if not kcc:
                 assert torch.equal(got[1, b, :L], saved[1, b, :L])
-        grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+        grads = launch.launch_backward(*common, v.proj_start, v.proj_end, plan=p, state=state)
         if first is None:
             first = grads
         assert all(torch.equal(a, b) for a, b in zip(grads, first))

@@ -140,16 +140,26 @@ def test_viterbi_is_a_maximiser_of_the_probability(chunk):
             assert got <= log_z + 1e-12
 
 
+def _triton():
+    pytest.importorskip("triton")
+    from torch_semimarkov.streaming.kernels import launch
+
+    return launch
+
+
+def _plan(launch, v, semiring, engine):
+    return launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=None if engine == "parallel" else False)
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_triton_viterbi_is_a_maximiser_of_the_probability(seed):
-    tf = pytest.importorskip("torch_semimarkov.streaming.triton_forward")
-    if not tf.HAS_TRITON:
-        pytest.skip("triton is not installed")
+def test_triton_viterbi_is_a_maximiser_of_the_probability(seed, engine):
+    launch = _triton()
     inp = random_problem(5000 + seed)
     f32 = {k: (x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for k, x in inp.items()}
     v32 = validate_streaming_inputs(**f32)
-    scores, labels, starts = tf.launch_streaming_triton_viterbi(
-        v32.cum_scores, v32.transition, v32.duration_bias, v32.lengths, v32.K, v32.proj_start, v32.proj_end)
+    scores, labels, starts = launch.launch_viterbi(
+        v32.cum_scores, v32.transition, v32.duration_bias, v32.lengths, v32.K, v32.proj_start, v32.proj_end,
+        plan=_plan(launch, v32, "max", engine))
     for b, L in enumerate(inp["lengths"].tolist()):
         best, _ = _best_by_enumeration(inp, b)
         if best == NEG:
@@ -318,16 +328,9 @@ def test_values_at_or_below_neg_inf_forbid_exactly():
     assert_close(semi_crf_streaming_forward(**a), brute_force(**a).log_Z)
 
 
-TRITON_IMPOSSIBLE = [False, True]
-
-
-@pytest.mark.parametrize("dt", TRITON_IMPOSSIBLE, ids=["CC", "KCC"])
-def test_impossible_sequences_triton(dt):
-    tf = pytest.importorskip("torch_semimarkov.streaming.triton_forward")
-    if not tf.HAS_TRITON:
-        pytest.skip("triton is not installed")
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_impossible_sequences_triton(dt, engine):
+    launch = _triton()
     inp, dead = _impossible_batch(dt)
 
     def val(x):
@@ -336,15 +339,17 @@ def test_impossible_sequences_triton(dt):
 
     def forward(x):
         v = val(x)
-        return tf.launch_streaming_triton_kernel(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
-                                                 "log", v.proj_start, v.proj_end, save_for_backward=False)[0]
+        return launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", v.proj_start,
+                                     v.proj_end, plan=_plan(launch, v, "log", engine), save_for_backward=False)[0]
 
     def backward(x, up):
         v = val(x)
-        z, ck, delta, ckf = tf.launch_streaming_triton_kernel(v.cum_scores, v.transition, v.duration_bias, v.lengths,
-                                                               v.K, "log", v.proj_start, v.proj_end)
-        p_start, p_end, g_tr, g_db = launch_streaming_triton_backward(
-            v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, z, ck, delta, ckf, v.proj_start, v.proj_end)
+        plan = _plan(launch, v, "log", engine)
+        z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                         v.proj_start, v.proj_end, plan=plan)
+        p_start, p_end, g_tr, g_db = launch.launch_backward(
+            v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start, v.proj_end, plan=plan,
+            state=state)
         for t in (p_start, p_end, g_tr, g_db):
             assert not bool(torch.isnan(t).any())
         w = up.float()
@@ -357,20 +362,16 @@ def test_impossible_sequences_triton(dt):
 
     def viterbi(x):
         v = val(x)
-        return tf.launch_streaming_triton_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
-                                                  v.proj_start, v.proj_end)
+        return launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                     v.proj_end, plan=_plan(launch, v, "max", engine))
 
     _check_impossible(inp, dead, forward, backward, viterbi, rtol=2e-5)
 
 
-def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision():
+def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
     """Only durations 3 and 6: positions that are not multiples of 3 have no segmentation ending
     there. The normaliser never moves by an impossible value, so float32 stays accurate."""
-    tf = pytest.importorskip("torch_semimarkov.streaming.triton_forward")
-    if not tf.HAS_TRITON:
-        pytest.skip("triton is not installed")
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-
+    launch = _triton()
     B, T, K, C = 2, 600, 6, 2
     inp = make_inputs(B, T, K, C, lengths=[600, 300], proj="both", seed=12)
     db = inp["duration_bias"].clone()
@@ -380,11 +381,12 @@ def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision():
     m = semi_crf_streaming_marginals(**inp, use_triton=False)
     x32 = {k: (t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t) for k, t in inp.items()}
     v = validate_streaming_inputs(**x32)
-    z, ck, delta, ckf = tf.launch_streaming_triton_kernel(v.cum_scores, v.transition, v.duration_bias, v.lengths, K,
-                                                           "log", v.proj_start, v.proj_end)
+    plan = _plan(launch, v, "log", engine)
+    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, K, "log", v.proj_start,
+                                     v.proj_end, plan=plan)
     assert_close(z.double(), want, atol=0, rtol=1e-6, msg="log Z")
-    p_start, p_end, _, _ = launch_streaming_triton_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, K,
-                                                            z, ck, delta, ckf, v.proj_start, v.proj_end)
+    p_start, p_end, _, _ = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, K,
+                                                  v.proj_start, v.proj_end, plan=plan, state=state)
     assert_close(p_start.double(), m.start, atol=1e-4, rtol=0, msg="P_start")
     assert_close(p_end.double(), m.end, atol=1e-4, rtol=0, msg="P_end")
     # the CPU path in float32 too

@@ -40,7 +40,7 @@ def all_segmentations(L: int, K: int, C: int):
 
 
 def brute_score(segs, S, Tr, D, ps, pe):
-    """Score of one segmentation of one sequence, straight from ALGORITHM.md §1 (float64)."""
+    """Score of one segmentation of one sequence, straight from docs/internals.md §1 (float64)."""
     total, prev = 0.0, None
     for s, e, c in segs:
         k = e - s

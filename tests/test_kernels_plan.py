@@ -1,0 +1,43 @@
+"""The kernel plan (``kernels/plan.py``): one decision per call, reused by every launch."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton")
+
+from torch_semimarkov.streaming.kernels.plan import make_plan  # noqa: E402
+
+
+def test_long_sequences_in_small_batches_run_parallel_over_time():
+    p = make_plan(1, 1_000_000, 64, 24)
+    assert p.time_parallel and p.kind == "reg"
+    assert p.chunk >= 4 * 64 and p.n_chunks * p.chunk >= 1_000_000
+    # about four programs per multiprocessor of an H100/H200 (132)
+    assert 400 <= p.n_chunks <= 600
+
+
+def test_large_batches_keep_one_program_per_sequence():
+    p = make_plan(1024, 1000, 100, 24)
+    assert not p.time_parallel and p.n_chunks == 1
+
+
+def test_short_sequences_keep_one_program_per_sequence():
+    assert not make_plan(8, 100, 32, 8).time_parallel  # 100 < 2 chunks of 4·K
+
+
+def test_forcing_the_engine():
+    assert not make_plan(1, 100_000, 64, 24, time_parallel=False).time_parallel
+    assert make_plan(512, 10_000, 32, 8, time_parallel=True).time_parallel
+    with pytest.raises(ValueError, match="time_parallel=True needs a"):
+        make_plan(1, 100_000, 64, 24, duration_transitions=True, time_parallel=True)
+
+
+def test_rings_too_large_for_registers_stay_sequential():
+    p = make_plan(1, 100_000, 1000, 64)  # 1024 x 64 ring
+    assert not p.time_parallel and p.kind == "mem"
+
+
+def test_chunks_are_long_against_k():
+    p = make_plan(4, 100_000, 1000, 8)
+    assert p.time_parallel and p.chunk >= 4000 and p.num_warps == 8
