@@ -41,10 +41,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from torch_semimarkov.streaming.triton_forward import (  # noqa: E402
-    launch_streaming_triton_kernel,
-    launch_streaming_triton_viterbi,
-)
+from torch_semimarkov.streaming.kernels import launch  # noqa: E402
 from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
 
 CONFIGS = [
@@ -70,6 +67,21 @@ def make_inputs(B, T, K, C, seed=0, dev="cuda"):
 
 
 # ---------------------------------------------------------------- our library
+def launch_streaming_triton_kernel(cum, tr, db, lengths, K, semiring="log", save_for_backward=True, num_warps=None):
+    """The forward launcher with the call's default plan: ``(log Z, state, plan)``."""
+    plan = launch.plan_for(cum, tr, K, semiring, num_warps=num_warps)
+    z, state = launch.launch_forward(cum, tr, db, lengths, K, semiring, plan=plan, save_for_backward=save_for_backward)
+    return z, state, plan
+
+
+def launch_streaming_triton_backward(cum, tr, db, lengths, K, state, plan):
+    return launch.launch_backward(cum, tr, db, lengths, K, None, None, plan=plan, state=state)
+
+
+def launch_streaming_triton_viterbi(cum, tr, db, lengths, K, num_warps=None):
+    return launch.launch_viterbi(cum, tr, db, lengths, K, plan=launch.plan_for(cum, tr, K, "max", num_warps=num_warps))
+
+
 def ours_forward(cum, tr, db, lengths, K):
     v = validate_streaming_inputs(cum, tr, db, lengths, K)
     return launch_streaming_triton_kernel(v.cum_scores, v.transition, v.duration_bias, v.lengths, K,
@@ -94,10 +106,8 @@ def ours_fwd_bwd(cum, tr, db, lengths, K):
 
 def ours_fwd_bwd_launchers(cum, tr, db, lengths, K):
     """The kernel pair alone (no autograd, no gradient assembly), for the notes."""
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-
-    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
-    return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr)
+    z, state, plan = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
+    return launch_streaming_triton_backward(cum, tr, db, lengths, K, state, plan)
 
 
 def ours_viterbi(cum, tr, db, lengths, K):
@@ -259,9 +269,9 @@ def exp_counts(B, T, K, C):
 
 
 def warps_sweep():
-    """Kernel times per num_warps and per ring variant (register / memory ring)."""
-    from torch_semimarkov.streaming import triton_forward as tf
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    """Kernel times per num_warps and per ring variant (register / memory ring), one program per
+    sequence."""
+    from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     out = []
     grid = [((1, 20000, 64, 24), (2, 4, 8)), ((64, 1000, 100, 24), (2, 4, 8)), ((1024, 1000, 100, 24), (2, 4, 8)),
@@ -269,20 +279,22 @@ def warps_sweep():
     for (B, T, K, C), warps in grid:
         cum, tr, db, lengths = make_inputs(B, T, K, C)
         for force in (False, True):
-            tf.FORCE_MEMORY_RING = force
+            plan_mod.FORCE_MEMORY_RING = force
             for w in warps:
+                p = launch.plan_for(cum, tr, K, "log", num_warps=w, time_parallel=False)
+                pm = launch.plan_for(cum, tr, K, "max", num_warps=w, time_parallel=False)
+
                 def fb():
-                    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K, num_warps=w)
-                    return launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr, num_warps=w)
-                r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w,
-                     "ring": "memory" if force else ("register" if tf._use_register_ring(C, K, w, B) else "memory"),
-                     "forward_ms": bench_ms(lambda: launch_streaming_triton_kernel(
-                         cum, tr, db, lengths, K, save_for_backward=False, num_warps=w)),
+                    z, state = launch.launch_forward(cum, tr, db, lengths, K, plan=p)
+                    return launch.launch_backward(cum, tr, db, lengths, K, None, None, plan=p, state=state)
+                r = {"B": B, "T": T, "K": K, "C": C, "num_warps": w, "ring": "register" if p.kind == "reg" else "memory",
+                     "forward_ms": bench_ms(lambda: launch.launch_forward(cum, tr, db, lengths, K, plan=p,
+                                                                          save_for_backward=False)),
                      "fwd_bwd_kernels_ms": bench_ms(fb),
-                     "viterbi_ms": bench_ms(lambda: launch_streaming_triton_viterbi(cum, tr, db, lengths, K, num_warps=w))}
+                     "viterbi_ms": bench_ms(lambda: launch.launch_viterbi(cum, tr, db, lengths, K, plan=pm))}
                 print(f"  warps {r}", flush=True)
                 out.append(r)
-        tf.FORCE_MEMORY_RING = False
+        plan_mod.FORCE_MEMORY_RING = False
     return out
 
 
@@ -303,15 +315,18 @@ def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
     ours["viterbi_score_ms"] = bench_ms(lambda: ours_viterbi_score(cum, tr, db, lengths, K))
     # components of forward+backward: the checkpointing forward, the recompute from its
     # checkpoints, the whole backward launcher (recompute + beta + marginals)
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-    from torch_semimarkov.streaming.triton_forward import recompute_forward_state
+    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
 
-    z, st, iv, fr = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
+    z, state, plan = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
     ours["fwd_ckpt_kernel_ms"] = bench_ms(lambda: launch_streaming_triton_kernel(cum, tr, db, lengths, K))
-    ours["recompute_ms"] = bench_ms(lambda: recompute_forward_state(cum, tr, db, lengths, K, st, fr, iv))
-    ours["bwd_kernels_ms"] = bench_ms(lambda: launch_streaming_triton_backward(cum, tr, db, lengths, K, z, st, iv, fr))
-    ours["checkpoint_interval"] = iv
-    del z, st, fr
+    if not plan.time_parallel:
+        ours["recompute_ms"] = bench_ms(lambda: recompute_forward_state(cum, tr, db, lengths, None, None, plan, *state))
+    else:
+        ours["recompute_ms"] = 0.0
+    ours["bwd_kernels_ms"] = bench_ms(lambda: launch_streaming_triton_backward(cum, tr, db, lengths, K, state, plan))
+    ours["checkpoint_interval"] = plan.interval
+    ours["time_parallel"] = plan.time_parallel
+    del z, state
     ours["saved_between_mb"] = saved_between_mb(cum, tr, db, lengths, K)
     # what the save-all forward kept: alpha_hat and U_hat float32 + float64 frames per position
     ours["save_all_mb"] = (2 * B * (T + 1) * C * 4 + B * (T + 1) * 8) / 2**20

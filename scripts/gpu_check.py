@@ -12,6 +12,9 @@ Checks, each printed as one PASS/FAIL line:
 * checkpointed recompute: the backward's recomputation from the forward's checkpoints reproduces a
   save-all forward bitwise (register ring, memory ring, (K, C, C); intervals 1, 7, default, > T),
   and the gradients are bitwise the same for every interval;
+* every check above with one program per sequence and with the time-parallel engine, and the two
+  engines against each other at T = 10^6 (marginals, Viterbi) and on adversarial models (a cyclic
+  and a reading-frame grammar that the fix-up cannot rely on);
 * the public API (``semi_crf_streaming_forward`` with autograd) on CUDA against the PyTorch path.
 
 The float64 references of the long sequences run in worker processes on the CPU while the GPU
@@ -121,27 +124,38 @@ def abs_err(a, b):
     return float((a - b).abs().max()) if a.numel() else 0.0
 
 
-def run_gpu(inp, dev, dtype=torch.float32, viterbi=False):
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
-    from torch_semimarkov.streaming.triton_forward import launch_streaming_triton_kernel, launch_streaming_triton_viterbi
+def run_gpu(inp, dev, dtype=torch.float32, viterbi=False, parallel=False):
+    """Forward, backward (and Viterbi) with one engine; None where the time-parallel engine does
+    not run this case."""
+    from torch_semimarkov.streaming.kernels import launch
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     g = {k: (v.to(dev, dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
              (v.to(dev) if isinstance(v, torch.Tensor) else v)) for k, v in inp.items()}
     v = validate_streaming_inputs(**g)
     common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
-    from torch_semimarkov.streaming.triton_forward import recompute_forward_state
-
-    z, st, iv, fr = launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end)
-    grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+    try:
+        plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=parallel)
+    except ValueError:
+        return None
+    if parallel and not plan.time_parallel:
+        return None
+    z, state = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=plan)
+    grads = launch.launch_backward(*common, v.proj_start, v.proj_end, plan=plan, state=state)
     rows = torch.arange(z.shape[0], device=dev)
-    # the kernel's float64 log Z (the returned one is rounded to the input dtype)
-    saved, frames = recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+    # the kernel's float64 log Z (the public one is rounded to the input dtype)
+    if plan.time_parallel:
+        saved, frames = state
+    else:
+        from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
+
+        saved, frames = recompute_forward_state(*common[:4], v.proj_start, v.proj_end, plan, *state)
     z64 = frames[rows, v.lengths] + torch.logsumexp(saved[0][rows, v.lengths].double(), -1)
-    del saved, frames
-    out = {"log_z": z, "log_z64": z64, "grads": grads}
+    del saved, frames, state
+    out = {"log_z": z.to(dtype), "log_z64": z64, "grads": grads}
     if viterbi:
-        out["viterbi"] = launch_streaming_triton_viterbi(*common, v.proj_start, v.proj_end)
+        vplan = launch.plan_for(v.cum_scores, v.transition, v.K, "max", time_parallel=parallel)
+        out["viterbi"] = launch.launch_viterbi(*common, v.proj_start, v.proj_end, plan=vplan)
     torch.cuda.synchronize()
     return out
 
@@ -182,22 +196,27 @@ def compare(ck, name, got, exp, inp, tol_rel=1e-6, tol_marg=2e-5, tol_par=2e-4):
 
 def determinism(ck, dev):
     for args, kw in (((8, 2000, 32, 12, 21), dict(lengths="ragged", proj=True)),
-                     ((2, 3000, 5, 4, 22), dict(kcc=True))):
+                     ((2, 3000, 5, 4, 22), dict(kcc=True)),
+                     ((2, 20000, 32, 12, 23), dict(lengths="ragged", proj=True))):
         inp = make_case(*args, **kw)
-        first = run_gpu(inp, dev)
-        same = True
-        for _ in range(9):
-            again = run_gpu(inp, dev)
-            same &= bool(torch.equal(again["log_z"], first["log_z"]))
-            same &= all(bool(torch.equal(a, b)) for a, b in zip(again["grads"], first["grads"]))
-        ck.check(f"determinism x10 {args[:4]} {'KCC' if kw.get('kcc') else ''}", same)
+        for parallel in (False, True):
+            first = run_gpu(inp, dev, parallel=parallel)
+            if first is None:
+                continue
+            same = True
+            for _ in range(9):
+                again = run_gpu(inp, dev, parallel=parallel)
+                same &= bool(torch.equal(again["log_z"], first["log_z"]))
+                same &= all(bool(torch.equal(a, b)) for a, b in zip(again["grads"], first["grads"]))
+            engine = "parallel" if parallel else "sequential"
+            ck.check(f"determinism x10 {engine} {args[:4]} {'KCC' if kw.get('kcc') else ''}", same)
 
 
 def recompute_bitwise(ck, dev):
-    """The backward's recompute from checkpoints equals a save-all forward, bitwise; gradients
-    are bitwise identical for every checkpoint interval."""
-    from torch_semimarkov.streaming import triton_forward as tf
-    from torch_semimarkov.streaming.triton_backward import launch_streaming_triton_backward
+    """The sequential backward's recompute from checkpoints equals a save-all forward, bitwise;
+    gradients are bitwise identical for every checkpoint interval."""
+    from torch_semimarkov.streaming.kernels import launch, plan as plan_mod
+    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     cases = [((6, 700, 24, 8, 41), dict(lengths="ragged", proj=True), False),
@@ -205,14 +224,19 @@ def recompute_bitwise(ck, dev):
              ((3, 900, 100, 24, 42), dict(lengths="ragged"), False),
              ((3, 200, 7, 5, 43), dict(lengths="ragged", proj=True, kcc=True), False)]
     for args, kw, force_mem in cases:
-        tf.FORCE_MEMORY_RING = force_mem
+        plan_mod.FORCE_MEMORY_RING = force_mem
         try:
             inp = make_case(*args, **kw)
             g = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
             v = validate_streaming_inputs(**g)
             common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
-            z_all, (saved, frames, _), _ = tf._forward_impl(*common, "log", v.proj_start, v.proj_end, None, True,
-                                                          save_all=True)
+
+            def plan(interval=None):
+                return launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False,
+                                       checkpoint_interval=interval)
+
+            z_all, (saved, frames) = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=plan(),
+                                                           save="all")
             T = args[1]
             same_state, same_grads, first = True, True, None
             diffs = {"logZ": 0.0, "alpha_hat": 0.0, "U_hat": 0.0, "frames": 0.0}
@@ -224,15 +248,16 @@ def recompute_bitwise(ck, dev):
                     diffs[key] = max(diffs[key], float((a.double() - e.double()).abs().max()))
 
             for interval in (1, 7, None, T + 5):
-                z, st, iv, fr = tf.launch_streaming_triton_kernel(*common, "log", v.proj_start, v.proj_end, interval)
-                note("logZ", z, z_all.float())
-                got, got_f = tf.recompute_forward_state(*common, st, fr, iv, v.proj_start, v.proj_end)
+                p = plan(interval)
+                z, state = launch.launch_forward(*common, "log", v.proj_start, v.proj_end, plan=p)
+                note("logZ", z, z_all)
+                got, got_f = recompute_forward_state(*common[:4], v.proj_start, v.proj_end, p, *state)
                 for b, L in enumerate(inp["lengths"].tolist()):
                     note("alpha_hat", got[0, b, :L + 1], saved[0, b, :L + 1])
                     note("frames", got_f[b, :L + 1], frames[b, :L + 1])
                     if got.shape[0] > 1:
                         note("U_hat", got[1, b, :L], saved[1, b, :L])
-                grads = launch_streaming_triton_backward(*common, z, st, iv, fr, v.proj_start, v.proj_end)
+                grads = launch.launch_backward(*common, v.proj_start, v.proj_end, plan=p, state=state)
                 if first is None:
                     first = grads
                 else:
@@ -242,7 +267,43 @@ def recompute_bitwise(ck, dev):
                      "" if same_state else f"max abs diffs {diffs}")
             ck.check(f"gradients identical for intervals 1, 7, default, > T {name}", same_grads)
         finally:
-            tf.FORCE_MEMORY_RING = False
+            plan_mod.FORCE_MEMORY_RING = False
+
+
+def adversarial(ck, dev):
+    """Models the fix-up cannot rely on converging (a cyclic grammar, a reading-frame grammar): the
+    time-parallel engine equals the sequential one (log Z, marginals, Viterbi)."""
+    for kind in ("cyclic", "frame"):
+        inp = adversarial_case(kind, 2, 20000, 64, 6, 51)
+        seq = run_gpu(inp, dev, viterbi=True, parallel=False)
+        par = run_gpu(inp, dev, viterbi=True, parallel=True)
+        err = rel_err(par["log_z"], seq["log_z"])
+        ck.check(f"adversarial {kind}: parallel log Z == sequential", err < 1e-6, f"rel {err:.2e}")
+        for name, a, e in zip(("P_start", "P_end"), par["grads"], seq["grads"]):
+            e_ = abs_err(a, e)
+            ck.check(f"adversarial {kind}: parallel {name} == sequential", e_ < 1e-4, f"err {e_:.2e}")
+        same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
+        ck.check(f"adversarial {kind}: parallel Viterbi == sequential", same)
+
+
+def adversarial_case(kind, B, T, K, C, seed):
+    """``"cyclic"``: only c -> c+1 (mod C), long segments preferred; ``"frame"``: label 0 only in
+    multiples of 3, 0 -> 1 -> 2 -> 0 and 0 -> 0, every other move -inf."""
+    inp = make_case(B, T, K, C, seed, lengths="ragged", scale=0.3)
+    tr = torch.full((C, C), -math.inf)
+    if kind == "cyclic":
+        for c in range(C):
+            tr[c, (c + 1) % C] = 0.0
+        inp["duration_bias"] = (torch.arange(1, K + 1, dtype=torch.float32)[:, None] * 0.05).expand(K, C).contiguous()
+    else:
+        tr[0, 1] = tr[1, 2] = tr[2, 0] = tr[0, 0] = 0.0
+        db = torch.zeros(K, C)
+        for k in range(1, K + 1):
+            if k % 3:
+                db[k - 1, 0] = -math.inf
+        inp["duration_bias"] = db
+    inp["transition"] = tr
+    return inp
 
 
 def public_api(ck, dev):
@@ -275,7 +336,7 @@ def main():
     jobs = {}
     if not opts.skip_1e6:
         jobs["T1e6"] = pool.submit(reference, LONG_1E6, False)
-    jobs["T1e5"] = pool.submit(reference, LONG_1E5, True)
+    jobs["T1e5"] = pool.submit(reference, LONG_1E5, True, True)
     for i, case in enumerate(MODERATE):
         jobs[f"moderate{i}"] = pool.submit(reference, case, True, True)
     dev = torch.device("cuda")
@@ -284,8 +345,11 @@ def main():
 
     for i, (args, kw) in enumerate(MODERATE):
         inp = make_case(*args, **kw)
-        got = run_gpu(inp, dev, viterbi=True)
-        compare(ck, f"moderate B,T,K,C={args[:4]} {kw}", got, jobs[f"moderate{i}"].result(), inp)
+        for parallel in (False, True):
+            got = run_gpu(inp, dev, viterbi=True, parallel=parallel)
+            if got is not None:
+                engine = "parallel" if parallel else "sequential"
+                compare(ck, f"{engine} moderate B,T,K,C={args[:4]} {kw}", got, jobs[f"moderate{i}"].result(), inp)
     # float64 inputs: computed in float32 inside, returned in float64
     args, kw = MODERATE[0]
     inp = make_case(*args, **kw)
@@ -295,49 +359,63 @@ def main():
 
     determinism(ck, dev)
     recompute_bitwise(ck, dev)
+    adversarial(ck, dev)
     try:
         public_api(ck, dev)
     except Exception as exc:  # noqa: BLE001 - reported as a failure, the other checks still run
         ck.check("public API triton vs pytorch (autograd)", False, repr(exc)[:300])
 
     inp = make_case(*LONG_1E5[0], **LONG_1E5[1])
-    t1 = time.time()
-    got = run_gpu(inp, dev)
-    t_gpu = time.time() - t1
     exp = jobs["T1e5"].result()
-    # float32 recurrences accumulate rounding over 1e5 steps: looser marginal tolerances
-    compare(ck, "T=1e5 K=64 C=8", got, exp, inp, tol_marg=3e-4, tol_par=1e-3)
-    err64 = abs(float(got["log_z64"][0]) - float(exp["log_z"][0]))
-    print(f"  T=1e5: kernel's float64 log Z abs err {err64:.3e}")
-    print(f"  T=1e5: GPU fwd+bwd {t_gpu:.2f}s (incl. compile), float64 CPU reference {exp['t_total']:.1f}s")
+    for parallel in (False, True):
+        engine = "parallel" if parallel else "sequential"
+        t1 = time.time()
+        got = run_gpu(inp, dev, viterbi=True, parallel=parallel)
+        t_gpu = time.time() - t1
+        # float32 recurrences accumulate rounding over 1e5 steps: looser marginal tolerances
+        compare(ck, f"{engine} T=1e5 K=64 C=8", got, exp, inp, tol_marg=1e-4, tol_par=1e-3)
+        err64 = abs(float(got["log_z64"][0]) - float(exp["log_z"][0]))
+        print(f"  T=1e5 {engine}: kernel's float64 log Z abs err {err64:.3e}; GPU {t_gpu:.2f}s (incl. compile)")
+    print(f"  T=1e5: float64 CPU reference {exp['t_total']:.1f}s")
 
     if not opts.skip_1e6:
         inp = make_case(*LONG_1E6[0], **LONG_1E6[1])
-        t1 = time.time()
-        got = run_gpu(inp, dev)
-        t_gpu = time.time() - t1
         exp = jobs["T1e6"].result()
-        err = rel_err(got["log_z"], exp["log_z"])
-        ck.check("T=1e6 K=64 C=8 logZ rel < 1e-6", err < 1e-6,
-                 f"rel {err:.2e} (ours {float(got['log_z'][0]):.6f} ref {float(exp['log_z'][0]):.6f})")
-        err64 = abs(float(got["log_z64"][0]) - float(exp["log_z"][0]))
-        ck.check("T=1e6 kernel's float64 log Z abs err < 0.25", err64 < 0.25,
-                 f"abs {err64:.3e} rel {err64 / abs(float(exp['log_z'][0])):.2e}")
-        p_start, p_end, g_tr, g_db = got["grads"]
-        finite = all(bool(torch.isfinite(x).all()) for x in got["grads"])
-        ck.check("T=1e6 gradients finite", finite)
-        L = int(inp["lengths"][0])
-        last = float(p_end[0, L - 1].double().sum())
-        ck.check("T=1e6 sum_c P_end(L) = 1", abs(last - 1) < 1e-5, f"{last:.8f}")
-        first = float(p_start[0, 0].double().sum())
-        ck.check("T=1e6 sum_c P_start(0) = 1", abs(first - 1) < 1e-5, f"{first:.8f}")
-        n_seg = float(p_start.double().sum())
-        n_db = float(g_db.double().sum())
-        n_tr = float(g_tr.double().sum())
-        ck.check("T=1e6 E[#segments] agrees (start / duration / transition)",
-                 abs(n_seg - n_db) < 1e-5 * n_seg and abs(n_seg - n_tr) < 1e-5 * n_seg,
-                 f"{n_seg:.3f} {n_db:.3f} {n_tr:.3f}")
-        print(f"  T=1e6: GPU fwd+bwd {t_gpu:.2f}s, float64 CPU reference forward {exp['t_total']:.1f}s")
+        results = {}
+        for parallel in (False, True):
+            engine = "parallel" if parallel else "sequential"
+            t1 = time.time()
+            got = run_gpu(inp, dev, viterbi=True, parallel=parallel)
+            t_gpu = time.time() - t1
+            results[engine] = got
+            err = rel_err(got["log_z"], exp["log_z"])
+            ck.check(f"{engine} T=1e6 K=64 C=8 logZ rel < 1e-6", err < 1e-6,
+                     f"rel {err:.2e} (ours {float(got['log_z'][0]):.6f} ref {float(exp['log_z'][0]):.6f})")
+            err64 = abs(float(got["log_z64"][0]) - float(exp["log_z"][0]))
+            ck.check(f"{engine} T=1e6 kernel's float64 log Z abs err < 0.25", err64 < 0.25,
+                     f"abs {err64:.3e} rel {err64 / abs(float(exp['log_z'][0])):.2e}")
+            p_start, p_end, g_tr, g_db = got["grads"]
+            finite = all(bool(torch.isfinite(x).all()) for x in got["grads"])
+            ck.check(f"{engine} T=1e6 gradients finite", finite)
+            L = int(inp["lengths"][0])
+            last = float(p_end[0, L - 1].double().sum())
+            ck.check(f"{engine} T=1e6 sum_c P_end(L) = 1", abs(last - 1) < 1e-5, f"{last:.8f}")
+            first = float(p_start[0, 0].double().sum())
+            ck.check(f"{engine} T=1e6 sum_c P_start(0) = 1", abs(first - 1) < 1e-5, f"{first:.8f}")
+            n_seg = float(p_start.double().sum())
+            n_db = float(g_db.double().sum())
+            n_tr = float(g_tr.double().sum())
+            ck.check(f"{engine} T=1e6 E[#segments] agrees (start / duration / transition)",
+                     abs(n_seg - n_db) < 1e-5 * n_seg and abs(n_seg - n_tr) < 1e-5 * n_seg,
+                     f"{n_seg:.3f} {n_db:.3f} {n_tr:.3f}")
+            print(f"  T=1e6 {engine}: GPU fwd+bwd+Viterbi {t_gpu:.2f}s")
+        seq, par = results["sequential"], results["parallel"]
+        for name, a, e in zip(("P_start", "P_end"), par["grads"], seq["grads"]):
+            err = abs_err(a, e)
+            ck.check(f"T=1e6 parallel {name} within 1e-4 of sequential", err < 1e-4, f"err {err:.2e}")
+        same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
+        ck.check("T=1e6 parallel Viterbi == sequential Viterbi (labels and starts)", same)
+        print(f"  T=1e6: float64 CPU reference forward {exp['t_total']:.1f}s")
     pool.shutdown()
     print(f"{len(ck.rows) - len(ck.failures)}/{len(ck.rows)} checks passed in {time.time() - t0:.1f}s")
     if opts.json:
