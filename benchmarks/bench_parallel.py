@@ -92,18 +92,19 @@ def exp_rate():
     return rate()
 
 
-def time_engine(B, T, K, C, parallel_flag, model="random", what=("forward", "fwd_bwd", "viterbi"), runs=3):
+def time_engine(B, T, K, C, parallel_flag, model="random", what=("forward", "fwd_bwd", "viterbi"), runs=3, num_warps=None):
     cum, tr, db, lengths = make_inputs(B, T, K, C, model=model)
     out = {}
     if "forward" in what:
         out["forward_ms"] = median_ms(lambda: semi_crf_streaming_forward(
-            cum, tr, db, lengths, K, time_parallel=parallel_flag), min_runs=runs)
+            cum, tr, db, lengths, K, time_parallel=parallel_flag, num_warps=num_warps), min_runs=runs)
     if "fwd_bwd" in what:
         leaves = [x.detach().clone().requires_grad_(True) for x in (cum, tr, db)]
         up = torch.rand(B, device="cuda") + 0.5
 
         def fb():
-            z = semi_crf_streaming_forward(leaves[0], leaves[1], leaves[2], lengths, K, time_parallel=parallel_flag)
+            z = semi_crf_streaming_forward(leaves[0], leaves[1], leaves[2], lengths, K, time_parallel=parallel_flag,
+                                           num_warps=num_warps)
             (z * up).sum().backward()
             for x in leaves:
                 x.grad = None
@@ -189,6 +190,7 @@ def main():
     ap.add_argument("--only", default=None, help="comma-separated sections")
     opts = ap.parse_args()
     sections = set((opts.only or "rate,configs,stats,adversarial,training,sweep,1e8").split(","))
+    # the default plan's chunk length unless a "tune" section overrides it
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit, "configs": []}
     import triton
@@ -212,6 +214,25 @@ def main():
                 row[name] = time_engine(B, T, K, C, flag, runs=2 if (not flag and T >= 10**6) else 3)
                 print(f"  {B},{T},{K},{C} {name}: {row[name]} ({time.time() - t0:.0f}s)", flush=True)
             res["configs"].append(row)
+    if "tune" in sections:
+        # chunk length (multiples of K) and warps of the time-parallel engine where the default is
+        # borderline: forward and forward+backward
+        from torch_semimarkov.streaming.kernels import plan as plan_mod
+
+        res["tune"] = []
+        for B, T, K, C in ((4, 100_000, 1000, 8), (16, 10_000, 100, 24), (4, 100_000, 500, 12), (1, 1_000_000, 64, 24)):
+            for mult in (2, 3, 4):
+                plan_mod.CHUNK_OVERRIDE = max(mult * K, -(-T * B // (4 * 132)))
+                for warps in (4, 8):
+                    cum, tr, db, lengths = make_inputs(B, T, K, C)
+                    p = launch.plan_for(cum, tr, K, "log", num_warps=warps, time_parallel=True)
+                    if not p.time_parallel or p.kind != "reg":
+                        continue
+                    row = {"B": B, "T": T, "K": K, "C": C, "chunk": p.chunk, "num_warps": warps}
+                    row.update(time_engine(B, T, K, C, True, what=("forward", "fwd_bwd"), runs=3, num_warps=warps))
+                    print(f"  tune {row}", flush=True)
+                    res["tune"].append(row)
+            plan_mod.CHUNK_OVERRIDE = None
     if "stats" in sections:
         res["fixup"] = {}
         for (B, T, K, C), _ in configs:

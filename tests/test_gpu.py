@@ -98,8 +98,18 @@ def test_viterbi_matches_float64_reference(case, parallel):
     s, labels, starts = launch.launch_viterbi(g.cum_scores, g.transition, g.duration_bias, g.lengths, g.K,
                                               g.proj_start, g.proj_end, plan=_plan(g, "max", parallel))
     assert_close(s.cpu(), s_ref, atol=1e-4, rtol=1e-6)
-    assert torch.equal(labels.cpu(), l_ref.cpu())
-    assert torch.equal(starts.cpu(), st_ref.cpu())
+    if not (torch.equal(labels.cpu(), l_ref.cpu()) and torch.equal(starts.cpu(), st_ref.cpu())):
+        # exact ties (same-label neighbours swapping durations) break differently in float32: the
+        # segmentation found must score the best score
+        from torch_semimarkov.oracle import segmentation_score
+        from torch_semimarkov.streaming.segments import segments_from_boundaries
+
+        for b, L in enumerate(v.lengths.tolist()):
+            segs = segments_from_boundaries(labels[b].cpu().numpy(), starts[b].cpu().numpy(), L)
+            row = (lambda t: None if t is None else t[b])  # noqa: E731
+            sc = segmentation_score(inp["cum_scores"][b], inp["transition"], inp["duration_bias"], segs,
+                                    row(inp["proj_start"]), row(inp["proj_end"]))
+            assert abs(sc - float(s_ref[b])) <= 1e-6 * max(1.0, abs(float(s_ref[b]))), f"sequence {b}"
 
 
 @pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
