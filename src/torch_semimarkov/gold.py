@@ -179,6 +179,15 @@ def segments_to_starts(
     return labels.to(lengths.device), starts.to(lengths.device)
 
 
+def _counts(index: torch.Tensor, where: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """(B, n) how often each value of ``index`` (B, T) in [0, n) occurs where ``where`` is True.
+    Counts of 1.0 are exact in any order, so the result is deterministic on every device."""
+    B = index.shape[0]
+    flat = (index + torch.arange(B, device=index.device)[:, None] * n).reshape(-1)
+    weight = where.reshape(-1).to(torch.float32)
+    return torch.bincount(flat, weights=weight, minlength=B * n)[: B * n].view(B, n).to(dtype)
+
+
 def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
     """Shared bookkeeping of a segmentation: (valid, starts, ends, y, y_prev, first, k_idx)."""
     B, T1, C = cum_scores.shape
@@ -297,8 +306,12 @@ def gold_score(
     s_hi = cum_scores[:, 1:].gather(2, y[..., None]).squeeze(-1)
     s_lo = cum_scores[:, :-1].gather(2, y[..., None]).squeeze(-1)
     score = torch.where(ends, s_hi, zero).sum(1) - torch.where(starts, s_lo, zero).sum(1)
-    dur = duration_bias[k_idx, y]
-    score = score + torch.where(starts, dur, zero).sum(1)
+    K, C = duration_bias.shape
+    later = starts & ~first
+    # the parameter terms as counts times the table: a dense product whose gradient is the counts,
+    # where indexing the tables per position would cost an index backward (slow on long sequences)
+    dur = _counts(k_idx * C + y, starts, K * C, dtype).view(-1, K, C)
+    score = score + (dur * duration_bias).sum((1, 2))
 
     if proj_start is not None:
         ps = proj_start.to(dtype).gather(2, y[..., None]).squeeze(-1)
@@ -307,13 +320,15 @@ def gold_score(
         pe = proj_end.to(dtype).gather(2, y[..., None]).squeeze(-1)
         score = score + torch.where(ends, pe, zero).sum(1)
 
+    first_start = starts & first
     if transition.dim() == 2:
-        tr = transition[y_prev, y]
+        moves = _counts(y_prev * C + y, later, C * C, dtype).view(-1, C, C)
         # shape: (C,) -- the first segment's phantom predecessor term
-        phantom = torch.logsumexp(tr_phantom, dim=0)[y]
+        phantom = torch.logsumexp(tr_phantom, dim=0)
+        score = score + (moves * transition).sum((1, 2)) + (_counts(y, first_start, C, dtype) * phantom).sum(1)
     else:
-        tr = transition[k_idx, y_prev, y]
-        phantom = torch.logsumexp(tr_phantom, dim=1)[k_idx, y]
-    tr = torch.where(first, phantom, tr)
-    score = score + torch.where(starts, tr, zero).sum(1)
+        moves = _counts((k_idx * C + y_prev) * C + y, later, K * C * C, dtype).view(-1, K, C, C)
+        phantom = torch.logsumexp(tr_phantom, dim=1)  # (K, C)
+        firsts = _counts(k_idx * C + y, first_start, K * C, dtype).view(-1, K, C)
+        score = score + (moves * transition).sum((1, 2, 3)) + (firsts * phantom).sum((1, 2))
     return torch.where((code > 0).any(1), torch.full_like(score, float("-inf")), score)

@@ -303,7 +303,10 @@ class SemiMarkovCRFHead(nn.Module):
                 last = torch.arange(T, device=lengths.device)[None, :, None] == (lengths - 1)[:, None, None]
                 scores = scores + torch.where(first, self.start_scores.to(dtype), zero)
                 scores = scores + torch.where(last, self.end_scores.to(dtype), zero)
-            cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), torch.cumsum(scores, dim=1)], dim=1)
+            # the scan runs along the innermost dimension: a scan along T of a (B, T, C) tensor is
+            # a slow kernel on CUDA for long T (23 ms at B = 4, T = 10^5, C = 12, against ~0.1 ms)
+            cum = torch.cumsum(scores.transpose(1, 2).contiguous(), dim=-1).transpose(1, 2)
+            cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), cum], dim=1)
             proj_start = proj_end = None
             if self.proj_start is not None:
                 proj_start = self.proj_start(hidden_states).to(dtype)
