@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -115,11 +116,15 @@ def main(argv=None):
 
         if device.type == "cuda":
             torch.cuda.synchronize()
-        res = train_model(
-            model, train, val, budgets[kind], window=args.window, batch_size=args.batch_size, lr=args.lr,
-            crf_lr=args.crf_lr, eval_every=args.eval_every, max_steps=args.max_steps, device=device,
-            seed=args.seed, max_tokens=args.max_tokens, log=log, on_best=on_best,
-        )
+        try:
+            res = train_model(
+                model, train, val, budgets[kind], window=args.window, batch_size=args.batch_size, lr=args.lr,
+                crf_lr=args.crf_lr, eval_every=args.eval_every, max_steps=args.max_steps, device=device,
+                seed=args.seed, max_tokens=args.max_tokens, log=log, on_best=on_best,
+            )
+        except Exception:  # one model failing must not cost the others' results
+            log(f"  {kind} failed:\n{traceback.format_exc()}")
+            continue
         save_checkpoint(ckpt, model, config, {"val_metrics": res["best_metrics"], "steps": res["steps"]})
         entry = {"config": config, "parameters": n_params, "train_seconds": round(res["seconds"], 1),
                  "steps": res["steps"], "epochs": res["epochs"], "val_best": res["best_metrics"],

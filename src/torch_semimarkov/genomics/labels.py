@@ -220,6 +220,27 @@ class GeneGrammar:
                     t["stop_start"][c] = j - 1
         return t
 
+    def emission_groups(self) -> List[int]:
+        """Per label, its group for per-position scores: intergenic, then coding and intron per strand."""
+        keys = {("intergenic", None): 0}
+        out = []
+        for lab in self.labels:
+            key = ("coding" if lab.coding else lab.kind, lab.strand)
+            out.append(keys.setdefault(key, len(keys)))
+        return out
+
+    def boundary_groups(self, side: str) -> List[int]:
+        """Per label, its group for boundary scores at segment starts (``"start"``) or ends (``"end"``):
+        labels whose boundary on that side is the same kind of site (e.g. every + exon that begins
+        after an acceptor) share a group; continuation pieces have their own."""
+        table = self.signal_tables()["ps_kind" if side == "start" else "pe_kind"]
+        keys: Dict[tuple, int] = {}
+        out = []
+        for c, lab in enumerate(self.labels):
+            key = (lab.kind, lab.strand, int(table[c]))
+            out.append(keys.setdefault(key, len(keys)))
+        return out
+
     def signal_tables(self) -> Dict[str, torch.Tensor]:
         """Per-label indices into the signal tracks of :func:`~.records.signal_violations` (-1: none).
 

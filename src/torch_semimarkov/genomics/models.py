@@ -8,8 +8,8 @@
     score (Gaussian bumps on log k per label, :class:`PhaseDuration`);
   - boundary scores (``proj_start`` / ``proj_end``) for splice sites and start / stop codons;
   - a reading-frame content score: the encoder scores each position as codon position 0, 1 or 2 of
-    a coding region on each strand; an exon segment adds up the scores of the frame its phases
-    imply. Cumulative sums per frame make this a pair of boundary terms (a start term ``-G[s]`` and
+    a coding region on each strand (relative scores: they sum to zero over the three); an exon
+    segment adds up the scores of the frame its phases imply. Cumulative sums per frame make this a pair of boundary terms (a start term ``-G[s]`` and
     an end term ``+G[e+1]`` of the frame picked by the label's phase and the position mod 3), so
     the engine's cost does not change. In-frame stop codons get a learned penalty (never inside a
     codon that runs past the exon's 3' end).
@@ -51,6 +51,7 @@ __all__ = [
     "DNAEncoder",
     "PhaseDuration",
     "GeneStructureHead",
+    "TiedLinear",
     "SemiCRFGeneFinder",
     "CodonCRFTagger",
     "CodonSoftmaxTagger",
@@ -118,6 +119,30 @@ class PhaseDuration(nn.Module):
         return (phi @ self.weight).masked_fill(~self.mask, float("-inf"))
 
 
+class TiedLinear(nn.Module):
+    """``Linear(in_dim, C)`` whose outputs share a group term: ``score[c] = shared[group[c]] + own[c]``.
+
+    ``own`` starts at zero, so labels of a group (e.g. the 16 exon labels of a strand) start with
+    one score and learn their differences only where the data demand them.
+    """
+
+    def __init__(self, in_dim: int, groups: Sequence[int]):
+        super().__init__()
+        groups = torch.as_tensor(groups, dtype=torch.long)
+        self.register_buffer("groups", groups, persistent=False)
+        self.shared = nn.Linear(in_dim, int(groups.max()) + 1)
+        self.own = nn.Linear(in_dim, len(groups))
+        nn.init.zeros_(self.own.weight)
+        nn.init.zeros_(self.own.bias)
+
+    @property
+    def weight(self) -> torch.Tensor:  # the head reads .weight for its dtype
+        return self.own.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shared(x)[..., self.groups] + self.own(x)
+
+
 def _inv_softplus(x: float) -> float:
     return x + math.log(-math.expm1(-x))
 
@@ -162,6 +187,11 @@ class GeneStructureHead(SemiMarkovCRFHead):
         for name, table in grammar.signal_tables().items():
             self.register_buffer(f"signal_{name}", table, persistent=False)
         self.signal_penalty = float(signal_penalty)
+        # labels that mean the same to the emission or to a boundary share most of their scores
+        in_dim = hidden_dim + NUM_TRACKS
+        self.projection = TiedLinear(in_dim, grammar.emission_groups())
+        self.proj_start = TiedLinear(in_dim, grammar.boundary_groups("start"))
+        self.proj_end = TiedLinear(in_dim, grammar.boundary_groups("end"))
 
     def crf_parameters(self) -> List[torch.Tensor]:
         return super().crf_parameters() + [self.raw_stop_penalty]
@@ -181,6 +211,12 @@ class GeneStructureHead(SemiMarkovCRFHead):
             stops = hidden_states[..., H:H + 2].to(dtype)
             viol = hidden_states[..., H + 2:H + NUM_TRACKS].to(dtype)
             pen = F.softplus(self.raw_stop_penalty).to(dtype)
+            # only what tells the three codon positions apart: the frame-independent part of the
+            # coding evidence is the coding labels' own emission, and a per-position zero sum keeps
+            # the cumulative frame scores small without centring over the sequence (which would turn
+            # the stop penalty's mean into a reward for every stop-free base)
+            q = q.view(B, T, 2, 3)
+            q = (q - q.mean(-1, keepdim=True)).view(B, T, 6)
             q = q - torch.cat([(pen[0] * stops[..., 0])[..., None], q.new_zeros(B, T, 2),
                                (pen[1] * stops[..., 1])[..., None], q.new_zeros(B, T, 2)], dim=-1)
             t = torch.arange(T, device=dev)
@@ -191,9 +227,7 @@ class GeneStructureHead(SemiMarkovCRFHead):
             frame = q.gather(2, idx[None].expand(B, T, 6))
             valid = (t[None, :] < out.lengths[:, None])[..., None]
             zero = frame.new_zeros(())
-            # zero-centring per sequence keeps the cumulative sums small, as for the head's own scores
-            mean = torch.where(valid, frame, zero).sum(1, keepdim=True) / out.lengths.to(dtype)[:, None, None]
-            frame = torch.where(valid, frame - mean, zero)
+            frame = torch.where(valid, frame, zero)
             # shape: (B, T+1, 7) -- cumulative frame scores and a zero channel for non-coding labels
             G = torch.cat([frame.new_zeros(B, 1, 6), frame.cumsum(1)], dim=1)
             G = torch.cat([G, G.new_zeros(B, T + 1, 1)], dim=2)

@@ -168,7 +168,8 @@ def train_model(
 
 def save_checkpoint(path: str, model: nn.Module, config: dict, extra: Optional[dict] = None) -> None:
     """``{"config": build_model kwargs, "state_dict": ..., **extra}`` to ``path``."""
-    torch.save({"config": dict(config), "state_dict": model.state_dict(), **(extra or {})}, path)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"config": dict(config), "state_dict": state, **(extra or {})}, path)
 
 
 def load_checkpoint(path: str, map_location="cpu") -> nn.Module:
