@@ -115,8 +115,9 @@ class PhaseDuration(nn.Module):
 
     def forward(self, durations: torch.Tensor) -> torch.Tensor:
         # shape: (K, M) -- the basis functions at log k
-        phi = torch.exp(-0.5 * ((torch.log(durations) - self.centres[None, :]) / self.width) ** 2)
-        return (phi @ self.weight).masked_fill(~self.mask, float("-inf"))
+        dtype = durations.dtype
+        phi = torch.exp(-0.5 * ((torch.log(durations) - self.centres.to(dtype)[None, :]) / self.width) ** 2)
+        return (phi @ self.weight.to(dtype)).masked_fill(~self.mask, float("-inf"))
 
 
 class TiedLinear(nn.Module):
