@@ -297,16 +297,19 @@ class GeneStructureHead(SemiMarkovCRFHead):
                 counts[a, b] += 1
             for s, e, c in segs:
                 durs[c].append(e - s)
-        allowed = self.allowed_transitions.double()
-        counts = (counts + smoothing) * allowed
+        # the statistics are computed on the CPU and copied into the parameters, wherever they live
+        allowed = self.allowed_transitions.cpu()
+        counts = (counts + smoothing) * allowed.double()
         logp = torch.log(counts / counts.sum(1, keepdim=True).clamp(min=1e-30)).clamp(min=-30.0)
-        self.transition.copy_(torch.where(self.allowed_transitions, logp, torch.zeros_like(logp)).float())
+        self.transition.copy_(torch.where(allowed, logp, torch.zeros_like(logp)).float())
         dist = self.duration_dist.fn
         k = torch.arange(1, K + 1, dtype=torch.float64)
         logk = torch.log(k)
-        phi = torch.exp(-0.5 * ((logk[:, None] - dist.centres.double()[None, :]) / dist.width) ** 2)
+        phi = torch.exp(-0.5 * ((logk[:, None] - dist.centres.cpu().double()[None, :]) / dist.width) ** 2)
+        weight = dist.weight.detach().cpu().clone()
+        masks = dist.mask.cpu()
         for c in range(C):
-            mask = dist.mask[:, c]
+            mask = masks[:, c]
             d = torch.tensor(durs[c], dtype=torch.float64)
             if len(d) == 0:
                 continue
@@ -317,7 +320,8 @@ class GeneStructureHead(SemiMarkovCRFHead):
             # ridge regression: basis functions over durations a label never takes stay tame
             A = phi[mask]
             sol = torch.linalg.solve(A.T @ A + ridge * torch.eye(A.shape[1], dtype=A.dtype), A.T @ y)
-            dist.weight[:, c] = sol.float()
+            weight[:, c] = sol.float()
+        dist.weight.copy_(weight)
 
 
 class SemiCRFGeneFinder(nn.Module):
@@ -406,7 +410,7 @@ class CodonCRFTagger(nn.Module):
         for lab in labels:
             lab = torch.as_tensor(np.asarray(lab))
             counts.index_put_((lab[:-1], lab[1:]), torch.ones(len(lab) - 1, dtype=torch.float64), accumulate=True)
-        allowed = self.head.allowed_transitions
+        allowed = self.head.allowed_transitions.cpu()
         counts = (counts + smoothing) * allowed.double()
         logp = torch.log(counts / counts.sum(1, keepdim=True)).clamp(min=-30.0)
         self.head.transition.copy_(torch.where(allowed, logp, torch.zeros_like(logp)).float())

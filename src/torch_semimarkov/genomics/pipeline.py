@@ -92,7 +92,6 @@ def train_model(
     """
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    model.to(device)
     # the baselines never see the grammar's segments: any K that holds the longest exon will do
     K = model.head.max_duration if isinstance(model, SemiCRFGeneFinder) else max(len(r) for r in train)
     loci = prepare_loci(train, K)
@@ -100,6 +99,7 @@ def train_model(
         model.head.init_from_gold([model.grammar.split_runs(loc.runs, K) for loc in loci])
     elif init_from_data and isinstance(model, CodonCRFTagger):
         model.init_from_gold([loc.codon_labels for loc in loci])
+    model.to(device)
     head = getattr(model, "head", None)
     crf_ids = {id(p) for p in head.crf_parameters()} if head is not None and hasattr(head, "crf_parameters") else set()
     groups = [{"params": [p for p in model.parameters() if id(p) not in crf_ids], "lr": lr, "weight_decay": weight_decay}]
