@@ -29,7 +29,7 @@ def _pairs(items):
     for item in items or []:
         if "=" not in item:
             raise SystemExit(f"expected NAME=FILE, got {item!r}")
-        out.append(item.split("=", 1))
+        out.append(item.rsplit("=", 1))
     return out
 
 

@@ -25,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def draw_genes(ax, genes, L, color, label):
+    from matplotlib.patches import Rectangle
+
     ax.set_xlim(0, L)
     ax.set_ylim(-1, 1)
     ax.set_yticks([])
@@ -35,9 +37,10 @@ def draw_genes(ax, genes, L, color, label):
         y = 0.35 if g.strand == "+" else -0.35
         ax.plot([g.start, g.end], [y, y], color=color, lw=1)
         for ex in g.exons:
-            ax.add_patch(__import__("matplotlib").patches.Rectangle((ex.start, y - 0.25), len(ex), 0.5, color=color))
-        ax.text(g.end if g.strand == "+" else g.start, y, " >" if g.strand == "+" else "< ", va="center",
-                ha="left" if g.strand == "+" else "right", fontsize=8, color=color)
+            ax.add_patch(Rectangle((ex.start, y - 0.25), len(ex), 0.5, color=color))
+        if len(genes) <= 10:  # strand arrows only where they stay readable
+            ax.text(g.end if g.strand == "+" else g.start, y, " >" if g.strand == "+" else "< ", va="center",
+                    ha="left" if g.strand == "+" else "right", fontsize=8, color=color)
 
 
 def main(argv=None):
@@ -68,7 +71,7 @@ def main(argv=None):
     post = model.posteriors(codes, lengths)[0].numpy()
     others = []
     for item in args.pred:
-        name, path = item.split("=", 1)
+        name, path = item.rsplit("=", 1)
         others.append((name, read_cds(path).get(rec.name, [])))
     L = len(rec)
     rows = 2 + len(others)
