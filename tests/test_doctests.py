@@ -13,6 +13,13 @@ MODULES = [
     "torch_semimarkov.durations",
     "torch_semimarkov.data",
     "torch_semimarkov.metrics",
+    "torch_semimarkov.genomics.records",
+    "torch_semimarkov.genomics.labels",
+    "torch_semimarkov.genomics.gff",
+    "torch_semimarkov.genomics.evaluate",
+    "torch_semimarkov.genomics.batches",
+    "torch_semimarkov.genomics.models",
+    "torch_semimarkov.genomics.pipeline",
 ]
 
 
