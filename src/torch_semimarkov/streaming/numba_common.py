@@ -1,0 +1,163 @@
+"""Building blocks shared by the compiled CPU kernels (numba): a vectorisable exp, scaled rings,
+guarded log-sum-exp and the Viterbi traceback.
+
+Why the kernels look the way they do (``docs/internals.md`` §8): on a CPU the semi-CRF's cost is
+exponentials, K·C of them per position for the duration window and C² for the transition. The
+kernels keep every persistent quantity in the log domain (float64, true ``-inf`` for impossible
+states) but form the inner products in the *linear* domain, with each operand scaled by a
+reference so that it lies in [0, e^MARGIN]:
+
+* a *scaled ring* holds, for each of the last K positions s and each label c, a log value
+  ``log[s, c]`` and its scaled exponential ``lin[s, c] = exp(log[s, c] - H[c])`` with a per-label
+  reference ``H[c]``. A position's values are exponentiated once, when they enter the ring (C exps),
+  instead of once per window they appear in (K·C exps per position);
+* a sum of scaled terms that is at least ``TINY`` is exact to far below float64 rounding: every
+  term lost to underflow is below ``exp(-708)·e^MARGIN`` (about 1e-280). A sum below ``TINY``
+  (forbidden moves, a stale reference) is recomputed exactly in the log domain, so results are
+  exact for every input, and fast whenever the model is not degenerate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+#: A scaled value never exceeds exp(MARGIN): a ring that would is rescaled (K multiplications).
+MARGIN = 64.0
+#: A linear sum below TINY is recomputed exactly in the log domain.
+TINY = 1e-200
+#: A label whose largest ring entry falls below LOW is re-referenced from its log values.
+LOW = 1e-60
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+# 1.5 * 2^52: adding it rounds a double to an integer held in the low mantissa bits
+_ROUND = 6755399441055744.0
+
+
+@intrinsic
+def _i64_as_f64(typingctx, x):
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return sig, codegen
+
+
+@intrinsic
+def _f64_as_i64(typingctx, x):
+    sig = types.int64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+
+    return sig, codegen
+
+
+@njit(inline="always", fastmath={"contract"})
+def fexp(x):
+    """exp(x) to ~4e-16 relative, branch-free so loops over it vectorise; 0 for x < -708 and -inf.
+
+    Only called with x <= MARGIN. Range reduction x = n·ln2 + r, |r| <= ln2/2, then a degree-13
+    Taylor polynomial evaluated by Estrin's scheme and a scale by 2^n built from its bits.
+    """
+    xc = min(max(x, -708.0), 708.0)
+    t = xc * _LOG2E + _ROUND
+    n = t - _ROUND
+    ni = _f64_as_i64(t) - _f64_as_i64(_ROUND)
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    b0 = (1.0 + r) + r2 * (0.5 + r * (1.0 / 6))
+    b1 = (1.0 / 24 + r * (1.0 / 120)) + r2 * (1.0 / 720 + r * (1.0 / 5040))
+    b2 = (1.0 / 40320 + r * (1.0 / 362880)) + r2 * (1.0 / 3628800 + r * (1.0 / 39916800))
+    b3 = 1.0 / 479001600 + r * (1.0 / 6227020800)
+    p = (b0 + r4 * b1) + (r4 * r4) * (b2 + r4 * b3)
+    y = p * _i64_as_f64((ni + 1023) << 52)
+    return y if x >= -708.0 else 0.0
+
+
+@njit(inline="always")
+def lse_update(m, s, x):
+    """One step of a streaming log-sum-exp kept as (max m, sum s of exp(. - m)); -inf is skipped."""
+    if x == -np.inf:
+        return m, s
+    if x <= m:
+        return m, s + math.exp(x - m)
+    if m == -np.inf:
+        return x, 1.0
+    return x, s * math.exp(m - x) + 1.0
+
+
+@njit(inline="always")
+def lse_finish(m, s):
+    return -np.inf if m == -np.inf else m + math.log(s)
+
+
+@njit(cache=True)
+def ring_rebase(logr, lin, H, c):
+    """Re-reference label c of a scaled ring from its log values: its largest entry becomes 1."""
+    K = logr.shape[0]
+    m = -np.inf
+    for j in range(K):
+        if logr[j, c] > m:
+            m = logr[j, c]
+    H[c] = m
+    for j in range(K):
+        v = logr[j, c]
+        lin[j, c] = 0.0 if v == -np.inf else fexp(v - m)
+
+
+@njit(cache=True)
+def ring_rebase_all(logr, lin, H):
+    for c in range(logr.shape[1]):
+        ring_rebase(logr, lin, H, c)
+
+
+@njit(cache=True)
+def ring_insert(logr, lin, H, slot, vals):
+    """Write the log values ``vals`` (C,) into ring slot ``slot`` and their scaled exponentials."""
+    K, C = logr.shape
+    for c in range(C):
+        v = vals[c]
+        logr[slot, c] = v
+        if v == -np.inf:
+            lin[slot, c] = 0.0
+            continue
+        h = H[c]
+        if h == -np.inf or v - h > MARGIN:
+            # the new value becomes the reference; older entries shrink (those lost to underflow
+            # are negligible next to it, and a sum that needs them falls back to the log domain)
+            scale = 0.0 if h == -np.inf else fexp(h - v)
+            for j in range(K):
+                lin[j, c] *= scale
+            H[c] = v
+            lin[slot, c] = 1.0
+        else:
+            lin[slot, c] = fexp(v - h)
+
+
+@njit(cache=True)
+def prepare_ring(K, C):
+    """An empty scaled ring: log values -inf, scaled values 0, references -inf."""
+    return np.full((K, C), -np.inf), np.zeros((K, C)), np.full(C, -np.inf)
+
+
+@njit(cache=True)
+def traceback_seq(bp_k, bp_c, final_label, L, direct, labels, starts):
+    """Follow backpointers of one sequence from its end to position 0 (see pytorch_reference.traceback)."""
+    t = L
+    c = final_label
+    while t > 0:
+        k = bp_k[t - 1, c] + 1
+        s = t - k
+        for i in range(s, t):
+            labels[i] = c
+        starts[s] = True
+        c = bp_c[t - 1, c] if direct else bp_c[s, c]
+        t = s
