@@ -59,7 +59,7 @@ def _f64_as_i64(typingctx, x):
     return sig, codegen
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(inline="always", fastmath={"contract"}, error_model="numpy")
 def fexp(x):
     """exp(x) to ~4e-16 relative, branch-free so loops over it vectorise; 0 for x < -708 and -inf.
 
@@ -82,7 +82,39 @@ def fexp(x):
     return y if x >= -708.0 else 0.0
 
 
-@njit(inline="always")
+_SQRT2 = 1.4142135623730951
+_MANT = 0x000FFFFFFFFFFFFF
+_ONE_BITS = 0x3FF0000000000000
+_ROUND_BITS = 0x4338000000000000
+
+
+@njit(inline="always", fastmath={"contract"}, error_model="numpy")
+def flog(x):
+    """log(x) to ~2e-16 relative for normal x > 0, -inf for x == 0; branch-free so loops vectorise.
+
+    x = 2^e·m with m in [sqrt(1/2), sqrt(2)); log m = 2·atanh(s), s = (m-1)/(m+1), |s| <= 0.172,
+    by its odd series to s^21 (Estrin's scheme in s²).
+    """
+    bits = _f64_as_i64(x)
+    e = (bits >> 52) - 1023
+    m = _i64_as_f64((bits & _MANT) | _ONE_BITS)
+    big = m > _SQRT2
+    m = m * 0.5 if big else m
+    # the exponent as a double without an int->double conversion (AVX2 has none for int64)
+    ef = _i64_as_f64(_ROUND_BITS + (e + 1 if big else e)) - _ROUND
+    s = (m - 1.0) / (m + 1.0)
+    z = s * s
+    z2 = z * z
+    z4 = z2 * z2
+    a0 = (1.0 + z * (1.0 / 3)) + z2 * (1.0 / 5 + z * (1.0 / 7))
+    a1 = (1.0 / 9 + z * (1.0 / 11)) + z2 * (1.0 / 13 + z * (1.0 / 15))
+    a2 = (1.0 / 17 + z * (1.0 / 19)) + z2 * (1.0 / 21)
+    poly = (2.0 * s) * ((a0 + z4 * a1) + (z4 * z4) * a2)
+    y = ef * _LN2_HI + (poly + ef * _LN2_LO)
+    return y if x > 0.0 else -np.inf
+
+
+@njit(inline="always", error_model="numpy")
 def lse_update(m, s, x):
     """One step of a streaming log-sum-exp kept as (max m, sum s of exp(. - m)); -inf is skipped."""
     if x == -np.inf:
@@ -94,61 +126,91 @@ def lse_update(m, s, x):
     return x, s * math.exp(m - x) + 1.0
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def lse_finish(m, s):
     return -np.inf if m == -np.inf else m + math.log(s)
 
 
-@njit(cache=True)
-def ring_rebase(logr, lin, H, c):
-    """Re-reference label c of a scaled ring from its log values: its largest entry becomes 1."""
-    K = logr.shape[0]
-    m = -np.inf
-    for j in range(K):
-        if logr[j, c] > m:
-            m = logr[j, c]
-    H[c] = m
-    for j in range(K):
-        v = logr[j, c]
-        lin[j, c] = 0.0 if v == -np.inf else fexp(v - m)
+#: Compile options of every kernel: cached on disk; float division follows IEEE (no Python
+#: ZeroDivisionError check, which would also stop loops from vectorising).
+KERNEL = dict(cache=True, error_model="numpy")
+#: Reductions over a window: LLVM may reorder the sum to vectorise it. The order is fixed when the
+#: kernel is compiled, so results are still identical from run to run and for any thread count.
+REDUCE = dict(KERNEL, fastmath={"reassoc", "contract", "nnan", "nsz"})
 
 
-@njit(cache=True)
-def ring_rebase_all(logr, lin, H):
-    for c in range(logr.shape[1]):
-        ring_rebase(logr, lin, H, c)
+# A scaled ring is label-major and doubled: log values logT (C, 2K), scaled values linT (C, 2K) and
+# references H (C,). A position's column is written at index r and r + K, so any K consecutive
+# ring positions form one contiguous slice [r0, r0 + K) of each label's row.
 
 
-@njit(cache=True)
-def ring_insert(logr, lin, H, slot, vals):
-    """Write the log values ``vals`` (C,) into ring slot ``slot`` and their scaled exponentials."""
-    K, C = logr.shape
-    for c in range(C):
-        v = vals[c]
-        logr[slot, c] = v
-        if v == -np.inf:
-            lin[slot, c] = 0.0
-            continue
-        h = H[c]
-        if h == -np.inf or v - h > MARGIN:
-            # the new value becomes the reference; older entries shrink (those lost to underflow
-            # are negligible next to it, and a sum that needs them falls back to the log domain)
-            scale = 0.0 if h == -np.inf else fexp(h - v)
-            for j in range(K):
-                lin[j, c] *= scale
-            H[c] = v
-            lin[slot, c] = 1.0
-        else:
-            lin[slot, c] = fexp(v - h)
-
-
-@njit(cache=True)
+@njit(**KERNEL)
 def prepare_ring(K, C):
     """An empty scaled ring: log values -inf, scaled values 0, references -inf."""
-    return np.full((K, C), -np.inf), np.zeros((K, C)), np.full(C, -np.inf)
+    return np.full((C, 2 * K), -np.inf), np.zeros((C, 2 * K)), np.full(C, -np.inf)
 
 
-@njit(cache=True)
+@njit(**KERNEL)
+def ring_rebase(logT, linT, H, c):
+    """Re-reference label c from its log values: its largest entry becomes 1 (-inf if none is finite)."""
+    K2 = logT.shape[1]
+    m = -np.inf
+    for j in range(K2 // 2):
+        m = max(m, logT[c, j])
+    H[c] = m
+    for j in range(K2):
+        v = logT[c, j]
+        linT[c, j] = 0.0 if v == -np.inf else fexp(v - m)
+
+
+@njit(**KERNEL)
+def ring_rebase_all(logT, linT, H):
+    for c in range(logT.shape[0]):
+        ring_rebase(logT, linT, H, c)
+
+
+@njit(**KERNEL)
+def ring_insert(logT, linT, H, r, vals):
+    """Write the log values ``vals`` (C,) at ring index r (and its twin r + K) with their scaled exps."""
+    C, K2 = logT.shape
+    K = K2 // 2
+    for c in range(C):
+        v = vals[c]
+        logT[c, r] = v
+        logT[c, r + K] = v
+        if v == -np.inf:
+            lin = 0.0
+        else:
+            h = H[c]
+            if h == -np.inf or v - h > MARGIN:
+                # the new value becomes the reference; older entries shrink (those lost to
+                # underflow are negligible next to it, and a sum that needs them is recomputed)
+                scale = 0.0 if h == -np.inf else fexp(h - v)
+                for j in range(K2):
+                    linT[c, j] *= scale
+                H[c] = v
+                lin = 1.0
+            else:
+                lin = fexp(v - h)
+        linT[c, r] = lin
+        linT[c, r + K] = lin
+
+
+@njit(**REDUCE)
+def window_sums(linT, r, kmax, wT, acc, mx):
+    """acc[c] = sum_k linT[c, r+k] · wT[c, k] and mx[c] = max_k linT[c, r+k], k < kmax."""
+    for c in range(linT.shape[0]):
+        a = 0.0
+        m = 0.0
+        for k in range(kmax):
+            v = linT[c, r + k]
+            a += v * wT[c, k]
+            m = max(m, v)
+        acc[c] = a
+        mx[c] = m
+
+
+@njit(**KERNEL)
 def traceback_seq(bp_k, bp_c, final_label, L, direct, labels, starts):
     """Follow backpointers of one sequence from its end to position 0 (see pytorch_reference.traceback)."""
     t = L

@@ -36,10 +36,15 @@ __all__ = [
 ]
 
 
+# Conversions go through NumPy, never through torch operations: torch parallelises copies of more
+# than ~32k elements over its intra-op threads, and on a busy machine those threads can make a
+# millisecond copy take many times longer. NumPy copies run on the calling thread.
+
+
 def _f64(t: Optional[torch.Tensor]) -> Optional[np.ndarray]:
     if t is None:
         return None
-    return np.ascontiguousarray(t.detach().to("cpu", torch.float64).numpy())
+    return np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float64)
 
 
 def _forbid(x: np.ndarray) -> np.ndarray:
@@ -54,7 +59,11 @@ def _scaled_exp(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def _lse(x: np.ndarray, axis: int) -> np.ndarray:
-    return torch.logsumexp(torch.from_numpy(x), axis).numpy()
+    """log-sum-exp over an axis; -inf where every term is -inf."""
+    m = x.max(axis)
+    safe = np.where(m == -np.inf, 0.0, m)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(_scaled_exp(x, np.expand_dims(safe, axis)).sum(axis))
 
 
 class _Inputs:
@@ -64,7 +73,7 @@ class _Inputs:
         self.S = _f64(cum_scores)
         B, T1, C = self.S.shape
         self.B, self.T, self.C, self.K = B, T1 - 1, C, K
-        self.lengths = np.ascontiguousarray(lengths.detach().to("cpu", torch.int64).numpy())
+        self.lengths = np.ascontiguousarray(lengths.detach().cpu().numpy(), dtype=np.int64)
         self.t_max = int(self.lengths.max())
         dummy = np.zeros((1, 1, C))
         self.has_ps, self.has_pe = proj_start is not None, proj_end is not None
@@ -84,8 +93,8 @@ class _Inputs:
         tmaxR = Tr.max(1)
         eTrRT = np.ascontiguousarray(_scaled_exp(Tr, tmaxR[:, None]).T)
         Dm = D.max(0)
-        eD = np.ascontiguousarray(_scaled_exp(D, Dm[None, :]))
-        return eTr, tmax, eTrRT, tmaxR, eD, Dm
+        eDT = np.ascontiguousarray(_scaled_exp(D, Dm[None, :]).T)
+        return eTr, tmax, eTrRT, tmaxR, eDT, Dm
 
     def direct_tables(self):
         """exp(Tr[k-1, c', c] + D[k-1, c] - Mc[c]) (and transposed per k) with Mc[c] its max over (k, c')."""
@@ -97,7 +106,9 @@ class _Inputs:
 
 
 def _torch(x: np.ndarray, like: _Inputs, dtype=None) -> torch.Tensor:
-    return torch.from_numpy(x).to(device=like.device, dtype=dtype or like.dtype)
+    """A float64 result as a tensor of the requested dtype (default: that of cum_scores)."""
+    np_dtype = np.float64 if (dtype or like.dtype) == torch.float64 else np.float32
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np_dtype)).to(like.device)
 
 
 def semi_crf_streaming_forward_numba(
@@ -154,8 +165,8 @@ def semi_crf_streaming_forward_numba(
         eTD, _, Mc = x.direct_tables()
         numba_direct.forward_batch(*args, x.Tr, eTD, Mc, x.D, interval, save_for_backward, ck, out)
     else:
-        eTr, tmax, _, _, eD, Dm = x.factored_tables()
-        numba_factored.forward_batch(*args, x.Tr, eTr, tmax, x.D, eD, Dm, interval, save_for_backward, ck, out)
+        eTr, tmax, _, _, eDT, Dm = x.factored_tables()
+        numba_factored.forward_batch(*args, x.Tr, eTr, tmax, x.D, eDT, Dm, interval, save_for_backward, ck, out)
     norms = torch.zeros(x.B, ck.shape[1] if save_for_backward else 0, dtype=torch.float64, device=x.device)
     ring = torch.from_numpy(ck).to(x.device) if save_for_backward else norms.new_zeros(x.B, 0, K + 1, x.C)
     return _torch(out, x, torch.float64), ring, interval, norms
@@ -200,8 +211,8 @@ def semi_crf_streaming_backward_numba(
     """
     x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
     B, T, C = x.B, x.T, x.C
-    logz = np.ascontiguousarray(log_Z.detach().to("cpu", torch.float64).numpy())
-    ck = np.ascontiguousarray(ring_checkpoints.detach().to("cpu", torch.float64).numpy())
+    logz = _f64(log_Z)
+    ck = _f64(ring_checkpoints)
     p_start = np.zeros((B, T, C))
     p_end = np.zeros((B, T, C))
     gb = B if need_parameter_grads else 1
@@ -213,8 +224,8 @@ def semi_crf_streaming_backward_numba(
         numba_direct.backward_batch(*args, x.Tr, eTD, eTDt, Mc, x.D, checkpoint_interval, ck,
                                     need_parameter_grads, p_start, p_end, g_tr, g_db)
     else:
-        eTr, tmax, eTrRT, tmaxR, eD, Dm = x.factored_tables()
-        numba_factored.backward_batch(*args, x.Tr, eTr, tmax, eTrRT, tmaxR, x.D, eD, Dm, checkpoint_interval, ck,
+        eTr, tmax, eTrRT, tmaxR, eDT, Dm = x.factored_tables()
+        numba_factored.backward_batch(*args, x.Tr, eTr, tmax, eTrRT, tmaxR, x.D, eDT, Dm, checkpoint_interval, ck,
                                       need_parameter_grads, p_start, p_end, g_tr, g_db)
     if not need_parameter_grads:
         g_tr = np.zeros((B,) + tuple(x.Tr.shape))

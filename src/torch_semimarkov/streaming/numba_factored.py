@@ -27,9 +27,12 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_common import (
+    KERNEL,
     LOW,
+    REDUCE,
     TINY,
     fexp,
+    flog,
     lse_finish,
     lse_update,
     prepare_ring,
@@ -37,12 +40,19 @@ from .numba_common import (
     ring_rebase,
     ring_rebase_all,
     traceback_seq,
+    window_sums,
 )
 
 NINF = -np.inf
 
 
-@njit(cache=True)
+@njit(inline="always")
+def down(p, K):
+    """Ring index of position p in a ring written in descending position order."""
+    return (K - p % K) % K
+
+
+@njit(**KERNEL)
 def _u_part(alpha, Tr, eTr, tmax, u, ea, linu):
     """u(c) = lse_{c'}(alpha(c') + Tr[c', c]); also ea = exp(alpha - max) and the linear sums linu.
 
@@ -66,117 +76,136 @@ def _u_part(alpha, Tr, eTr, tmax, u, ea, linu):
         for c in range(C):
             linu[c] += e * eTr[cp, c]
     for c in range(C):
-        if tmax[c] == NINF:
-            u[c] = NINF
-        elif linu[c] >= TINY:
-            u[c] = ma + tmax[c] + math.log(linu[c])
-        else:
+        u[c] = (ma + tmax[c]) + flog(linu[c])
+    for c in range(C):
+        if linu[c] < TINY and tmax[c] != NINF:
             m, s = NINF, 0.0
             for cp in range(C):
                 m, s = lse_update(m, s, alpha[cp] + Tr[cp, c])
             u[c] = lse_finish(m, s)
 
 
-@njit(cache=True)
-def _window_forward(p, S, pe, has_pe, Vlog, lin, H, D, eD, Dm, alpha, acc, mx):
+@njit(**KERNEL)
+def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx):
     """alpha_{p+1}(c) = S_{p+1} + pe_p + lse_k (V_{p+1-k}(c) + D[k-1, c]), written into alpha."""
-    K, C = lin.shape
+    C, K2 = linT.shape
+    K = K2 // 2
     kmax = min(K, p + 1)
+    r = down(p, K)
+    window_sums(linT, r, kmax, eDT, acc, mx)
     for c in range(C):
-        acc[c] = 0.0
-        mx[c] = 0.0
-    slot = p % K
-    for k in range(kmax):
-        for c in range(C):
-            v = lin[slot, c]
-            acc[c] += v * eD[k, c]
-            mx[c] = max(mx[c], v)
-        slot = slot - 1 if slot > 0 else K - 1
+        alpha[c] = (S[p + 1, c] + (pe[p, c] if has_pe else 0.0)) + ((H[c] + Dm[c]) + flog(acc[c]))
     for c in range(C):
-        base = S[p + 1, c] + (pe[p, c] if has_pe else 0.0)
-        if Dm[c] == NINF:
-            alpha[c] = NINF
-        elif acc[c] >= TINY:
-            alpha[c] = base + H[c] + Dm[c] + math.log(acc[c])
-        else:
+        if acc[c] < TINY and H[c] != NINF and Dm[c] != NINF:
             m, s = NINF, 0.0
-            slot = p % K
             for k in range(kmax):
-                m, s = lse_update(m, s, Vlog[slot, c] + D[k, c])
-                slot = slot - 1 if slot > 0 else K - 1
-            alpha[c] = base + lse_finish(m, s)
+                m, s = lse_update(m, s, VT[c, r + k] + D[k, c])
+            alpha[c] = (S[p + 1, c] + (pe[p, c] if has_pe else 0.0)) + lse_finish(m, s)
         if mx[c] < LOW:
-            ring_rebase(Vlog, lin, H, c)
+            ring_rebase(VT, linT, H, c)
 
 
-@njit(cache=True)
-def _insert_v(p, S, ps, has_ps, u, Vlog, lin, H, vals):
-    """Ring row of start position p: V_p = u_p + ps_p - S_p."""
-    K, C = Vlog.shape
+@njit(**KERNEL)
+def _insert_v(p, S, ps, has_ps, u, VT, linT, H, vals):
+    """Ring column of start position p: V_p = u_p + ps_p - S_p."""
+    C, K2 = VT.shape
     for c in range(C):
         vals[c] = (u[c] + (ps[p, c] if has_ps else 0.0)) - S[p, c]
-    ring_insert(Vlog, lin, H, p % K, vals)
+    ring_insert(VT, linT, H, down(p, K2 // 2), vals)
 
 
-@njit(cache=True)
-def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eD, Dm, interval, save, ck):
+@njit(**KERNEL)
+def _save(ck, VT, alpha):
+    """Checkpoint row block (K+1, C): the ring's K log columns, then alpha."""
+    K = VT.shape[1] // 2
+    for j in range(K):
+        ck[j] = VT[:, j]
+    ck[K] = alpha
+
+
+@njit(**KERNEL)
+def _load(ck, VT, alpha):
+    K = VT.shape[1] // 2
+    for j in range(K):
+        VT[:, j] = ck[j]
+        VT[:, j + K] = ck[j]
+    alpha[:] = ck[K]
+
+
+@njit(**KERNEL)
+def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck):
     """log Z of one sequence of length L; with ``save``, checkpoints ck[i] = (V ring, alpha) at i·interval.
 
     The scaled ring is re-referenced at every checkpoint position, so a recompute that starts from
     a checkpoint repeats the forward's arithmetic exactly.
     """
     K, C = D.shape
-    Vlog, lin, H = prepare_ring(K, C)
+    VT, linT, H = prepare_ring(K, C)
     alpha = np.zeros(C)
     u, ea, linu = np.empty(C), np.empty(C), np.empty(C)
     acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
     for p in range(L + 1):
         if p % interval == 0:
-            if p > 0:
-                ring_rebase_all(Vlog, lin, H)
+            ring_rebase_all(VT, linT, H)
             if save:
-                i = p // interval
-                ck[i, :K] = Vlog
-                ck[i, K] = alpha
+                _save(ck[p // interval], VT, alpha)
         if p == L:
             break
         _u_part(alpha, Tr, eTr, tmax, u, ea, linu)
-        _insert_v(p, S, ps, has_ps, u, Vlog, lin, H, vals)
-        _window_forward(p, S, pe, has_pe, Vlog, lin, H, D, eD, Dm, alpha, acc, mx)
+        _insert_v(p, S, ps, has_ps, u, VT, linT, H, vals)
+        _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx)
     m, s = NINF, 0.0
     for c in range(C):
         m, s = lse_update(m, s, alpha[c])
     return lse_finish(m, s)
 
 
-@njit(cache=True, parallel=True)
-def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTr, tmax, D, eD, Dm, interval, save, ck, out):
+@njit(parallel=True, **KERNEL)
+def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck, out):
     """forward_seq for every sequence: S (B, T+1, C), ps/pe (B, T, C) or (1, 1, C) dummies, ck (B, N, K+1, C)."""
     for i in prange(S.shape[0]):
         b = np.int64(i)
-        bp = min(b, ps.shape[0] - 1)
-        be = min(b, pe.shape[0] - 1)
-        bc = min(b, ck.shape[0] - 1)
-        out[b] = forward_seq(S[b], ps[bp], pe[be], has_ps, has_pe, lengths[b], Tr, eTr, tmax, D, eD, Dm,
-                             interval, save, ck[bc])
+        out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
+                             lengths[b], Tr, eTr, tmax, D, eDT, Dm, interval, save, ck[min(b, ck.shape[0] - 1)])
 
 
-@njit(cache=True)
-def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eD, Dm, interval, ck,
+@njit(**KERNEL)
+def _add_outer(Atr, ea, r):
+    """Atr[c', c] += ea[c'] · r[c]."""
+    C = ea.shape[0]
+    for cp in range(C):
+        e = ea[cp]
+        if e != 0.0:
+            for c in range(C):
+                Atr[cp, c] += e * r[c]
+
+
+@njit(**KERNEL)
+def _add_scaled_window(AT, linT, r0, kmax, w):
+    """AT[c, k] += linT[c, r0 + k] · w[c] for k < kmax."""
+    for c in range(AT.shape[0]):
+        wc = w[c]
+        if wc != 0.0:
+            for k in range(kmax):
+                AT[c, k] += linT[c, r0 + k] * wc
+
+
+@njit(**KERNEL)
+def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck,
                  grads, p_start, p_end, g_tr, g_db):
     """Marginals and per-sequence parameter gradients of one sequence (outputs start at zero).
 
     Walks the checkpoint intervals from the last; in each, recomputes alpha and u from the
     checkpoint into interval buffers, then runs the beta recurrence down through the interval with
-    a scaled ring of Y_t = S_t + pe_{t-1} + beta_t carried across intervals. eTrRT[c, c'] is
-    exp(Tr[c', c] - tmaxR[c']) (row-normalised, stored transposed for a vectorised product).
+    a scaled ring of Y_t = S_t + pe_{t-1} + beta_t (ascending positions) carried across intervals.
+    eTrRT[c, c'] is exp(Tr[c', c] - tmaxR[c']) (row-normalised, stored transposed).
     """
     if logZ == NINF:
         return
     K, C = D.shape
     n_ck = L // interval + 1
-    Vlog, lin, H = prepare_ring(K, C)
-    Ylog, liny, Hy = prepare_ring(K, C)
+    VT, linT, H = prepare_ring(K, C)
+    YT, linyT, Hy = prepare_ring(K, C)
     alpha = np.empty(C)
     A = np.empty((interval + 1, C))  # alpha_s
     U = np.empty((interval + 1, C))  # u_s
@@ -185,87 +214,61 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
     acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
     v, beta, ev, linb = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
     w, r, pst = np.empty(C), np.empty(C), np.empty(C)
-    ok = np.empty(C, dtype=np.bool_)
     Atr = np.zeros((C, C))
     Gtr = np.zeros((C, C))
-    Adb = np.zeros((K, C))
+    AdbT = np.zeros((C, K))
     Gdb = np.zeros((K, C))
     for i in range(n_ck - 1, -1, -1):
         t0 = i * interval
         t1 = min(t0 + interval, L + 1)
-        Vlog[:] = ck[i, :K]
-        alpha[:] = ck[i, K]
-        ring_rebase_all(Vlog, lin, H)
+        _load(ck[i], VT, alpha)
+        ring_rebase_all(VT, linT, H)
         for p in range(t0, t1):
             j = p - t0
             A[j, :] = alpha
             if p < L:
                 _u_part(alpha, Tr, eTr, tmax, U[j], EA[j], LU[j])
                 if p + 1 < t1:
-                    _insert_v(p, S, ps, has_ps, U[j], Vlog, lin, H, vals)
-                    _window_forward(p, S, pe, has_pe, Vlog, lin, H, D, eD, Dm, alpha, acc, mx)
+                    _insert_v(p, S, ps, has_ps, U[j], VT, linT, H, vals)
+                    _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx)
         for s in range(t1 - 1, t0 - 1, -1):
             j = s - t0
             if s == L:
                 for c in range(C):
                     vals[c] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
                     p_end[L - 1, c] = math.exp(A[j, c] - logZ)
-                ring_insert(Ylog, liny, Hy, L % K, vals)
+                ring_insert(YT, linyT, Hy, L % K, vals)
                 continue
             # v_s(c) = ps_s - S_s + lse_k (D[k-1, c] + Y_{s+k}(c))
             kmax = min(K, L - s)
+            r0 = (s + 1) % K
+            window_sums(linyT, r0, kmax, eDT, acc, mx)
             for c in range(C):
-                acc[c] = 0.0
-                mx[c] = 0.0
-            slot = (s + 1) % K
-            for k in range(kmax):
-                for c in range(C):
-                    y = liny[slot, c]
-                    acc[c] += y * eD[k, c]
-                    mx[c] = max(mx[c], y)
-                slot = slot + 1 if slot < K - 1 else 0
+                v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + ((Hy[c] + Dm[c]) + flog(acc[c]))
             for c in range(C):
-                base = (ps[s, c] if has_ps else 0.0) - S[s, c]
-                ok[c] = False
-                if Dm[c] == NINF:
-                    v[c] = NINF
-                elif acc[c] >= TINY:
-                    v[c] = base + Hy[c] + Dm[c] + math.log(acc[c])
-                    ok[c] = True
-                else:
+                if acc[c] < TINY and Hy[c] != NINF and Dm[c] != NINF:
                     m, sm = NINF, 0.0
-                    slot = (s + 1) % K
                     for k in range(kmax):
-                        m, sm = lse_update(m, sm, Ylog[slot, c] + D[k, c])
-                        slot = slot + 1 if slot < K - 1 else 0
-                    v[c] = base + lse_finish(m, sm)
+                        m, sm = lse_update(m, sm, YT[c, r0 + k] + D[k, c])
+                    v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + lse_finish(m, sm)
             for c in range(C):
-                pst[c] = fexp(U[j, c] + v[c] - logZ)
+                pst[c] = fexp((U[j, c] + v[c]) - logZ)
                 p_start[s, c] = pst[c]
             if grads:
-                # duration gradient: P_seg(s, k, c) = P_start(s, c) · lin_y[s+k, c] · eD[k-1, c] / acc[c]
+                # P_seg(s, k, c) = P_start(s, c) · lin_y[s+k, c] · eD[k-1, c] / acc[c]
                 for c in range(C):
-                    w[c] = pst[c] / acc[c] if ok[c] else 0.0
-                slot = (s + 1) % K
-                for k in range(kmax):
-                    for c in range(C):
-                        Adb[k, c] += liny[slot, c] * w[c]
-                    slot = slot + 1 if slot < K - 1 else 0
+                    w[c] = pst[c] / acc[c] if acc[c] >= TINY else 0.0
+                _add_scaled_window(AdbT, linyT, r0, kmax, w)
                 for c in range(C):
-                    if ok[c] or pst[c] == 0.0:
+                    if acc[c] >= TINY or pst[c] == 0.0:
                         continue
                     head = U[j, c] + (ps[s, c] if has_ps else 0.0) - S[s, c] - logZ
-                    slot = (s + 1) % K
                     for k in range(kmax):
-                        Gdb[k, c] += math.exp(head + D[k, c] + Ylog[slot, c])
-                        slot = slot + 1 if slot < K - 1 else 0
-                # transition gradient: P_trans(s, c', c) = exp(alpha_s(c') - max) · eTr[c', c] · P_start(s, c) / linu(c)
+                        Gdb[k, c] += math.exp(head + D[k, c] + YT[c, r0 + k])
+                # P_trans(s, c', c) = exp(alpha_s(c') - max) · eTr[c', c] · P_start(s, c) / linu(c)
                 for c in range(C):
                     r[c] = pst[c] / LU[j, c] if LU[j, c] >= TINY else 0.0
-                for cp in range(C):
-                    e = EA[j, cp]
-                    for c in range(C):
-                        Atr[cp, c] += e * r[c]
+                _add_outer(Atr, EA[j], r)
                 for c in range(C):
                     if LU[j, c] >= TINY or pst[c] == 0.0:
                         continue
@@ -276,102 +279,112 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
                 mv = NINF
                 for c in range(C):
                     mv = max(mv, v[c])
-                if mv == NINF:
-                    for c in range(C):
-                        beta[c] = NINF
-                else:
-                    for c in range(C):
-                        ev[c] = fexp(v[c] - mv)
-                        linb[c] = 0.0
+                for c in range(C):
+                    ev[c] = fexp(v[c] - mv)
+                    linb[c] = 0.0
+                if mv != NINF:
                     for c in range(C):
                         e = ev[c]
-                        for cp in range(C):
-                            linb[cp] += eTrRT[c, cp] * e
-                    for cp in range(C):
-                        if tmaxR[cp] == NINF:
-                            beta[cp] = NINF
-                        elif linb[cp] >= TINY:
-                            beta[cp] = mv + tmaxR[cp] + math.log(linb[cp])
-                        else:
-                            m, sm = NINF, 0.0
-                            for c in range(C):
-                                m, sm = lse_update(m, sm, Tr[cp, c] + v[c])
-                            beta[cp] = lse_finish(m, sm)
+                        if e != 0.0:
+                            for cp in range(C):
+                                linb[cp] += eTrRT[c, cp] * e
+                for cp in range(C):
+                    beta[cp] = (mv + tmaxR[cp]) + flog(linb[cp])
+                for cp in range(C):
+                    if linb[cp] < TINY and mv != NINF and tmaxR[cp] != NINF:
+                        m, sm = NINF, 0.0
+                        for c in range(C):
+                            m, sm = lse_update(m, sm, Tr[cp, c] + v[c])
+                        beta[cp] = lse_finish(m, sm)
                 for c in range(C):
-                    p_end[s - 1, c] = fexp(A[j, c] + beta[c] - logZ)
+                    p_end[s - 1, c] = fexp((A[j, c] + beta[c]) - logZ)
                     vals[c] = S[s, c] + (pe[s - 1, c] if has_pe else 0.0) + beta[c]
-                ring_insert(Ylog, liny, Hy, s % K, vals)
+                ring_insert(YT, linyT, Hy, s % K, vals)
             for c in range(C):
                 if mx[c] < LOW:
-                    ring_rebase(Ylog, liny, Hy, c)
+                    ring_rebase(YT, linyT, Hy, c)
     if grads:
         for cp in range(C):
             for c in range(C):
                 g_tr[cp, c] = eTr[cp, c] * Atr[cp, c] + Gtr[cp, c]
         for k in range(K):
             for c in range(C):
-                g_db[k, c] = eD[k, c] * Adb[k, c] + Gdb[k, c]
+                g_db[k, c] = eDT[c, k] * AdbT[c, k] + Gdb[k, c]
 
 
-@njit(cache=True, parallel=True)
-def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eD, Dm, interval, ck,
+@njit(parallel=True, **KERNEL)
+def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck,
                    grads, p_start, p_end, g_tr, g_db):
     """backward_seq for every sequence; p_start/p_end (B, T, C), g_tr (B, C, C), g_db (B, K, C), all zero on entry."""
     for i in prange(S.shape[0]):
         b = np.int64(i)
-        bp = min(b, ps.shape[0] - 1)
-        be = min(b, pe.shape[0] - 1)
         bg = min(b, g_tr.shape[0] - 1)
-        backward_seq(S[b], ps[bp], pe[be], has_ps, has_pe, lengths[b], logZ[b], Tr, eTr, tmax, eTrRT, tmaxR,
-                     D, eD, Dm, interval, ck[b], grads, p_start[b], p_end[b], g_tr[bg], g_db[bg])
+        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe, lengths[b],
+                     logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
+                     g_tr[bg], g_db[bg])
 
 
-@njit(cache=True)
+@njit(**REDUCE)
+def _window_max(UT, ST, DT, p, r, kmax, tmp, best, arg):
+    """best[c] = max_k (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the smallest argmax k."""
+    for c in range(UT.shape[0]):
+        sp = ST[c, p + 1]
+        m = NINF
+        for k in range(kmax):
+            val = (UT[c, r + k] + (sp - ST[c, p - k])) + DT[c, k]
+            tmp[k] = val
+            m = max(m, val)
+        a = 0
+        for k in range(kmax):
+            if tmp[k] == m:
+                a = k
+                break
+        best[c] = m
+        arg[c] = a
+
+
+@njit(**KERNEL)
 def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     """Best score of one sequence; with ``store``, backpointers bp_k[t-1, c] (duration - 1) and
     bp_c[s, c] (predecessor label of a segment starting at s). Returns (score, final label)."""
     K, C = D.shape
-    Uring = np.full((K, C), NINF)
+    UT = np.full((C, 2 * K), NINF)
+    ST = np.ascontiguousarray(S[: L + 1].T)
+    DT = np.ascontiguousarray(D.T)
     alpha = np.zeros(C)
     u = np.empty(C)
     best = np.empty(C)
-    arg = np.empty(C, dtype=np.int32)
+    tmp = np.empty(K)
+    arg = np.zeros(C, dtype=np.int64)
     for p in range(L):
         if p == 0:
             u[:] = u0
             arg[:] = 0
         else:
             for c in range(C):
-                best[c] = NINF
+                u[c] = NINF
                 arg[c] = 0
             for cp in range(C):
                 a = alpha[cp]
                 for c in range(C):
                     val = a + Tr[cp, c]
-                    if val > best[c]:
-                        best[c] = val
-                        arg[c] = cp
-            u[:] = best
+                    better = val > u[c]
+                    u[c] = val if better else u[c]
+                    arg[c] = cp if better else arg[c]
         if store:
-            bp_c[p] = arg
-        slot = p % K
-        for c in range(C):
-            Uring[slot, c] = u[c] + (ps[p, c] if has_ps else 0.0)
-        for c in range(C):
-            best[c] = NINF
-            arg[c] = 0
-        for k in range(min(K, p + 1)):
-            s = p - k
             for c in range(C):
-                val = (Uring[slot, c] + (S[p + 1, c] - S[s, c])) + D[k, c]
-                if val > best[c]:
-                    best[c] = val
-                    arg[c] = k
-            slot = slot - 1 if slot > 0 else K - 1
+                bp_c[p, c] = arg[c]
+        r = down(p, K)
+        for c in range(C):
+            x = u[c] + (ps[p, c] if has_ps else 0.0)
+            UT[c, r] = x
+            UT[c, r + K] = x
+        _window_max(UT, ST, DT, p, r, min(K, p + 1), tmp, best, arg)
         for c in range(C):
             alpha[c] = best[c] + (pe[p, c] if has_pe else 0.0)
         if store:
-            bp_k[p] = arg
+            for c in range(C):
+                bp_k[p, c] = arg[c]
     score, label = NINF, 0
     for c in range(C):
         if alpha[c] > score:
@@ -380,16 +393,14 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     return score, label
 
 
-@njit(cache=True, parallel=True)
+@njit(parallel=True, **KERNEL)
 def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels, starts):
     """viterbi_seq and traceback for every sequence: labels (B, T) int64 filled with -1, starts (B, T) False."""
     for i in prange(S.shape[0]):
         b = np.int64(i)
-        bp = min(b, ps.shape[0] - 1)
-        be = min(b, pe.shape[0] - 1)
         bs = min(b, bp_k.shape[0] - 1)
-        score, label = viterbi_seq(S[b], ps[bp], pe[be], has_ps, has_pe, lengths[b], Tr, u0, D, store,
-                                   bp_k[bs], bp_c[bs])
+        score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
+                                   lengths[b], Tr, u0, D, store, bp_k[bs], bp_c[bs])
         scores[b] = score
         if store and score != NINF:
             traceback_seq(bp_k[b], bp_c[b], label, lengths[b], False, labels[b], starts[b])
