@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 MARGIN = 64.0
 #: A linear sum below TINY is recomputed exactly in the log domain.
 TINY = 1e-200
-#: A label whose largest ring entry falls below LOW is re-referenced from its log values.
+#: A label whose ring entries in the window sum to less than LOW is re-referenced from its log values.
 LOW = 1e-60
 
 _LOG2E = 1.4426950408889634
@@ -196,18 +196,24 @@ def ring_insert(logT, linT, H, r, vals):
         linT[c, r + K] = lin
 
 
+# Hot loops index 1-D row views with plain range variables: an index such as ``r + k`` makes numba
+# emit a negative-index (wraparound) check per access, which stops LLVM from vectorising the loop.
+
+
 @njit(**REDUCE)
-def window_sums(linT, r, kmax, wT, acc, mx):
-    """acc[c] = sum_k linT[c, r+k] · wT[c, k] and mx[c] = max_k linT[c, r+k], k < kmax."""
+def window_sums(linT, r, kmax, wT, acc, tot):
+    """acc[c] = sum_k linT[c, r+k] · wT[c, k] and tot[c] = sum_k linT[c, r+k], for k < kmax."""
     for c in range(linT.shape[0]):
+        row = linT[c, r : r + kmax]
+        w = wT[c, :kmax]
         a = 0.0
         m = 0.0
         for k in range(kmax):
-            v = linT[c, r + k]
-            a += v * wT[c, k]
-            m = max(m, v)
+            v = row[k]
+            a += v * w[k]
+            m += v
         acc[c] = a
-        mx[c] = m
+        tot[c] = m
 
 
 @njit(**KERNEL)

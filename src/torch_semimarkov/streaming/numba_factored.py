@@ -73,8 +73,9 @@ def _u_part(alpha, Tr, eTr, tmax, u, ea, linu):
         ea[c] = fexp(alpha[c] - ma)
     for cp in range(C):
         e = ea[cp]
+        row = eTr[cp]
         for c in range(C):
-            linu[c] += e * eTr[cp, c]
+            linu[c] += e * row[c]
     for c in range(C):
         u[c] = (ma + tmax[c]) + flog(linu[c])
     for c in range(C):
@@ -93,14 +94,19 @@ def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx):
     kmax = min(K, p + 1)
     r = down(p, K)
     window_sums(linT, r, kmax, eDT, acc, mx)
+    s1 = S[p + 1]
     for c in range(C):
-        alpha[c] = (S[p + 1, c] + (pe[p, c] if has_pe else 0.0)) + ((H[c] + Dm[c]) + flog(acc[c]))
+        alpha[c] = s1[c] + ((H[c] + Dm[c]) + flog(acc[c]))
+    if has_pe:
+        pep = pe[p]
+        for c in range(C):
+            alpha[c] += pep[c]
     for c in range(C):
         if acc[c] < TINY and H[c] != NINF and Dm[c] != NINF:
             m, s = NINF, 0.0
             for k in range(kmax):
                 m, s = lse_update(m, s, VT[c, r + k] + D[k, c])
-            alpha[c] = (S[p + 1, c] + (pe[p, c] if has_pe else 0.0)) + lse_finish(m, s)
+            alpha[c] = (s1[c] + (pe[p, c] if has_pe else 0.0)) + lse_finish(m, s)
         if mx[c] < LOW:
             ring_rebase(VT, linT, H, c)
 
@@ -176,8 +182,9 @@ def _add_outer(Atr, ea, r):
     for cp in range(C):
         e = ea[cp]
         if e != 0.0:
+            row = Atr[cp]
             for c in range(C):
-                Atr[cp, c] += e * r[c]
+                row[c] += e * r[c]
 
 
 @njit(**KERNEL)
@@ -186,8 +193,10 @@ def _add_scaled_window(AT, linT, r0, kmax, w):
     for c in range(AT.shape[0]):
         wc = w[c]
         if wc != 0.0:
+            row = linT[c, r0 : r0 + kmax]
+            arow = AT[c, :kmax]
             for k in range(kmax):
-                AT[c, k] += linT[c, r0 + k] * wc
+                arow[k] += row[k] * wc
 
 
 @njit(**KERNEL)
@@ -243,8 +252,13 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
             kmax = min(K, L - s)
             r0 = (s + 1) % K
             window_sums(linyT, r0, kmax, eDT, acc, mx)
+            ss = S[s]
             for c in range(C):
-                v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + ((Hy[c] + Dm[c]) + flog(acc[c]))
+                v[c] = (Hy[c] + Dm[c]) + flog(acc[c]) - ss[c]
+            if has_ps:
+                pss = ps[s]
+                for c in range(C):
+                    v[c] += pss[c]
             for c in range(C):
                 if acc[c] < TINY and Hy[c] != NINF and Dm[c] != NINF:
                     m, sm = NINF, 0.0
@@ -286,8 +300,9 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
                     for c in range(C):
                         e = ev[c]
                         if e != 0.0:
+                            row = eTrRT[c]
                             for cp in range(C):
-                                linb[cp] += eTrRT[c, cp] * e
+                                linb[cp] += row[cp] * e
                 for cp in range(C):
                     beta[cp] = (mv + tmaxR[cp]) + flog(linb[cp])
                 for cp in range(C):
@@ -325,13 +340,20 @@ def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrR
 
 
 @njit(**REDUCE)
-def _window_max(UT, ST, DT, p, r, kmax, tmp, best, arg):
-    """best[c] = max_k (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the smallest argmax k."""
+def _window_max(UT, SRT, DT, p, r, kmax, tmp, best, arg):
+    """best[c] = max_k (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the smallest argmax k.
+
+    SRT (C, L+1) holds S reversed in time: SRT[c, L - t] = S_t(c).
+    """
+    L = SRT.shape[1] - 1
     for c in range(UT.shape[0]):
-        sp = ST[c, p + 1]
+        srow = SRT[c, L - p : L - p + kmax]
+        sp = SRT[c, L - p - 1]
+        urow = UT[c, r : r + kmax]
+        drow = DT[c, :kmax]
         m = NINF
         for k in range(kmax):
-            val = (UT[c, r + k] + (sp - ST[c, p - k])) + DT[c, k]
+            val = (urow[k] + (sp - srow[k])) + drow[k]
             tmp[k] = val
             m = max(m, val)
         a = 0
@@ -349,7 +371,7 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     bp_c[s, c] (predecessor label of a segment starting at s). Returns (score, final label)."""
     K, C = D.shape
     UT = np.full((C, 2 * K), NINF)
-    ST = np.ascontiguousarray(S[: L + 1].T)
+    SRT = np.ascontiguousarray(S[L::-1].T)
     DT = np.ascontiguousarray(D.T)
     alpha = np.zeros(C)
     u = np.empty(C)
@@ -379,7 +401,7 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
             x = u[c] + (ps[p, c] if has_ps else 0.0)
             UT[c, r] = x
             UT[c, r + K] = x
-        _window_max(UT, ST, DT, p, r, min(K, p + 1), tmp, best, arg)
+        _window_max(UT, SRT, DT, p, r, min(K, p + 1), tmp, best, arg)
         for c in range(C):
             alpha[c] = best[c] + (pe[p, c] if has_pe else 0.0)
         if store:
