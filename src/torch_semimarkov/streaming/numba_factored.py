@@ -33,6 +33,7 @@ from .numba_common import (
     TINY,
     fexp,
     flog,
+    fmax,
     lse_finish,
     lse_update,
     prepare_ring,
@@ -340,6 +341,19 @@ def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrR
 
 
 @njit(**REDUCE)
+def _max_first(x, n):
+    """(max, smallest index of the max) of x[:n], n >= 1: a max reduction, then an index
+    min-reduction (both vectorise; an early-exit scan would not)."""
+    m = NINF
+    for k in range(n):
+        m = fmax(m, x[k])
+    first = n
+    for k in range(n):
+        first = min(first, k if x[k] == m else n)
+    return m, (0 if first == n else first)
+
+
+@njit(**KERNEL)
 def _window_max(UT, SRT, DT, p, r, kmax, tmp, best, arg):
     """best[c] = max_k (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the smallest argmax k.
 
@@ -351,18 +365,20 @@ def _window_max(UT, SRT, DT, p, r, kmax, tmp, best, arg):
         sp = SRT[c, L - p - 1]
         urow = UT[c, r : r + kmax]
         drow = DT[c, :kmax]
-        m = NINF
         for k in range(kmax):
-            val = (urow[k] + (sp - srow[k])) + drow[k]
-            tmp[k] = val
-            m = max(m, val)
-        a = 0
-        for k in range(kmax):
-            if tmp[k] == m:
-                a = k
-                break
-        best[c] = m
-        arg[c] = a
+            tmp[k] = (urow[k] + (sp - srow[k])) + drow[k]
+        best[c], arg[c] = _max_first(tmp, kmax)
+
+
+@njit(**KERNEL)
+def _max_argmax_over_rows(alpha, TrT, best, arg, tmp):
+    """best[c] = max_{c'} (alpha[c'] + Tr[c', c]) and arg[c] its smallest maximiser (TrT = Tr.T)."""
+    C = alpha.shape[0]
+    for c in range(C):
+        row = TrT[c]
+        for cp in range(C):
+            tmp[cp] = alpha[cp] + row[cp]
+        best[c], arg[c] = _max_first(tmp, C)
 
 
 @njit(**KERNEL)
@@ -376,23 +392,15 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     alpha = np.zeros(C)
     u = np.empty(C)
     best = np.empty(C)
-    tmp = np.empty(K)
+    tmp = np.empty(max(K, C))
     arg = np.zeros(C, dtype=np.int64)
+    TrT = np.ascontiguousarray(Tr.T)
     for p in range(L):
         if p == 0:
             u[:] = u0
             arg[:] = 0
         else:
-            for c in range(C):
-                u[c] = NINF
-                arg[c] = 0
-            for cp in range(C):
-                a = alpha[cp]
-                for c in range(C):
-                    val = a + Tr[cp, c]
-                    better = val > u[c]
-                    u[c] = val if better else u[c]
-                    arg[c] = cp if better else arg[c]
+            _max_argmax_over_rows(alpha, TrT, u, arg, tmp)
         if store:
             for c in range(C):
                 bp_c[p, c] = arg[c]
