@@ -33,7 +33,7 @@ from .numba_common import (
     ring_rebase_all,
     traceback_seq,
 )
-from .numba_factored import down
+from .numba_factored import _max_first, down
 
 NINF = -np.inf
 
@@ -321,6 +321,8 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
     seg = np.empty(C)
     argk = np.zeros(C, dtype=np.int64)
     argc = np.zeros(C, dtype=np.int64)
+    tmp = np.empty(C)
+    TrT = np.ascontiguousarray(Tr.transpose(0, 2, 1))
     for p in range(L):
         for c in range(C):
             best[c] = NINF
@@ -329,24 +331,23 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
         r = down(p, K)
         for k in range(min(K, p + 1)):
             s = p - k
+            arow = Alog[r + k]
             for c in range(C):
                 seg[c] = ((S[p + 1, c] - S[s, c]) + D[k, c]) + (ps[s, c] if has_ps else 0.0)
-            if s == 0:
-                for c in range(C):
-                    val = ph[k, c] + seg[c]
-                    better = val > best[c]
-                    best[c] = val if better else best[c]
-                    argk[c] = k if better else argk[c]
-                    argc[c] = 0 if better else argc[c]
-            else:
-                for cp in range(C):
-                    a = Alog[r + k, cp]
-                    for c in range(C):
-                        val = (a + Tr[k, cp, c]) + seg[c]
-                        better = val > best[c]
-                        best[c] = val if better else best[c]
-                        argk[c] = k if better else argk[c]
-                        argc[c] = cp if better else argc[c]
+            for c in range(C):
+                if s == 0:
+                    m, a = ph[k, c], 0
+                else:
+                    trow = TrT[k, c]
+                    for cp in range(C):
+                        tmp[cp] = arow[cp] + trow[cp]
+                    m, a = _max_first(tmp, C)
+                val = m + seg[c]
+                # strict: among equal scores the smallest k (then the smallest c') is kept
+                if val > best[c]:
+                    best[c] = val
+                    argk[c] = k
+                    argc[c] = a
         for c in range(C):
             alpha[c] = best[c] + (pe[p, c] if has_pe else 0.0)
         r1 = down(p + 1, K)

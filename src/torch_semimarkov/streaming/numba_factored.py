@@ -340,7 +340,7 @@ def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrR
                      g_tr[bg], g_db[bg])
 
 
-@njit(**REDUCE)
+@njit(inline="always", **REDUCE)
 def _max_first(x, n):
     """(max, smallest index of the max) of x[:n], n >= 1: a max reduction, then an index
     min-reduction (both vectorise; an early-exit scan would not)."""
