@@ -403,7 +403,11 @@ def test_extreme_scores_use_the_exact_fallback():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
-def test_results_are_bitwise_identical_for_any_thread_count(dt):
+def test_results_are_bitwise_identical_for_any_thread_count(dt, monkeypatch):
+    import torch_semimarkov.streaming.numba_engine as engine
+
+    # run even this small batch on several threads
+    monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)
     inp = make_inputs(5, 80, 7, 6, lengths="ragged", duration_transitions=dt, proj="both", seed=11)
     before = numba.get_num_threads()
     try:

@@ -146,8 +146,9 @@ def lse_finish(m, s):
 
 
 #: Compile options of every kernel: cached on disk; float division follows IEEE (no Python
-#: ZeroDivisionError check, which would also stop loops from vectorising).
-KERNEL = dict(cache=True, error_model="numpy")
+#: ZeroDivisionError check, which would also stop loops from vectorising); the GIL is released,
+#: so sequences can run on several Python threads at once (:mod:`.numba_engine`).
+KERNEL = dict(cache=True, error_model="numpy", nogil=True)
 #: Reductions over a window: LLVM may reorder the sum to vectorise it. The order is fixed when the
 #: kernel is compiled, so results are still identical from run to run and for any thread count.
 REDUCE = dict(KERNEL, fastmath={"reassoc", "contract", "nnan", "nsz"})

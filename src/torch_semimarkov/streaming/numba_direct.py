@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .numba_common import (
     KERNEL,
@@ -162,10 +162,9 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTD, Mc, D, interval, save, ck
     return lse_finish(m, s)
 
 
-@njit(parallel=True, **KERNEL)
-def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTD, Mc, D, interval, save, ck, out):
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+@njit(**KERNEL)
+def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTD, Mc, D, interval, save, ck, out, lo, hi):
+    for b in range(lo, hi):
         out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
                              lengths[b], Tr, eTD, Mc, D, interval, save, ck[min(b, ck.shape[0] - 1)])
 
@@ -297,11 +296,10 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
                     g_db[k, c] += g
 
 
-@njit(parallel=True, **KERNEL)
+@njit(**KERNEL)
 def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTD, eTDt, Mc, D, interval, ck, grads,
-                   p_start, p_end, g_tr, g_db):
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+                   p_start, p_end, g_tr, g_db, lo, hi):
+    for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
         backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe, lengths[b],
                      logZ[b], Tr, eTD, eTDt, Mc, D, interval, ck[b], grads, p_start[b], p_end[b], g_tr[bg], g_db[bg])
@@ -365,10 +363,9 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
     return score, label
 
 
-@njit(parallel=True, **KERNEL)
-def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, ph, D, store, bp_k, bp_c, scores, labels, starts):
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+@njit(**KERNEL)
+def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, ph, D, store, bp_k, bp_c, scores, labels, starts, lo, hi):
+    for b in range(lo, hi):
         bs = min(b, bp_k.shape[0] - 1)
         score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
                                    lengths[b], Tr, ph, D, store, bp_k[bs], bp_c[bs])

@@ -20,8 +20,12 @@ processes load it instead of compiling.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple
 
+import numba
 import numpy as np
 import torch
 
@@ -66,6 +70,45 @@ def _lse(x: np.ndarray, axis: int) -> np.ndarray:
         return safe + np.log(_scaled_exp(x, np.expand_dims(safe, axis)).sum(axis))
 
 
+#: Below this much work (positions x terms per position, summed over the batch) a call runs on the
+#: calling thread alone: waking a second thread costs more than it saves, and on a busy machine a
+#: thread that is not scheduled for a time slice (milliseconds) would delay the whole call.
+_PARALLEL_MIN_WORK = 2_000_000
+
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    """A thread pool of n workers for this process (a forked child builds its own)."""
+    key = (os.getpid(), n)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="torch_semimarkov")
+    return pool
+
+
+def _run_batch(kernel, B: int, work_per_sequence: float, *args) -> None:
+    """Run ``kernel(*args, lo, hi)`` over the sequences [0, B), in parallel where it pays.
+
+    Sequences are split into contiguous chunks that worker threads take from a queue (the kernels
+    release the GIL), so a worker that gets no CPU time simply takes fewer chunks. Each sequence is
+    computed by one call, start to end, so results are identical for any thread count. The thread
+    count is numba's (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).
+    """
+    n = min(numba.get_num_threads(), B)
+    if n <= 1 or B * work_per_sequence < _PARALLEL_MIN_WORK:
+        kernel(*args, 0, B)
+        return
+    n_chunks = min(B, 4 * n)
+    bounds = [B * i // n_chunks for i in range(n_chunks + 1)]
+    pool = _pool(n)
+    futures = [pool.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    for f in futures:
+        f.result()
+
+
 class _Inputs:
     """float64 arrays of one call; absent projections become (1, 1, C) dummies plus a flag."""
 
@@ -84,6 +127,11 @@ class _Inputs:
         self.D = np.ascontiguousarray(_forbid(_f64(duration_bias)))
         self.device = cum_scores.device
         self.dtype = cum_scores.dtype
+
+    def work(self) -> float:
+        """Terms per sequence of the recurrence, a measure of the work of one pass."""
+        per_position = self.K * self.C * self.C if self.direct else self.K * self.C + self.C * self.C
+        return float(self.t_max * per_position)
 
     def factored_tables(self):
         """Column-normalised exp(Tr) for u, row-normalised and transposed for beta, and exp(D)."""
@@ -163,10 +211,12 @@ def semi_crf_streaming_forward_numba(
     args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths)
     if x.direct:
         eTD, _, Mc = x.direct_tables()
-        numba_direct.forward_batch(*args, x.Tr, eTD, Mc, x.D, interval, save_for_backward, ck, out)
+        _run_batch(numba_direct.forward_batch, x.B, x.work(), *args, x.Tr, eTD, Mc, x.D, interval,
+                   save_for_backward, ck, out)
     else:
         eTr, tmax, _, _, eDT, Dm = x.factored_tables()
-        numba_factored.forward_batch(*args, x.Tr, eTr, tmax, x.D, eDT, Dm, interval, save_for_backward, ck, out)
+        _run_batch(numba_factored.forward_batch, x.B, x.work(), *args, x.Tr, eTr, tmax, x.D, eDT, Dm, interval,
+                   save_for_backward, ck, out)
     norms = torch.zeros(x.B, ck.shape[1] if save_for_backward else 0, dtype=torch.float64, device=x.device)
     ring = torch.from_numpy(ck).to(x.device) if save_for_backward else norms.new_zeros(x.B, 0, K + 1, x.C)
     return _torch(out, x, torch.float64), ring, interval, norms
@@ -221,12 +271,12 @@ def semi_crf_streaming_backward_numba(
     args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths, logz)
     if x.direct:
         eTD, eTDt, Mc = x.direct_tables()
-        numba_direct.backward_batch(*args, x.Tr, eTD, eTDt, Mc, x.D, checkpoint_interval, ck,
-                                    need_parameter_grads, p_start, p_end, g_tr, g_db)
+        _run_batch(numba_direct.backward_batch, x.B, 3 * x.work(), *args, x.Tr, eTD, eTDt, Mc, x.D,
+                   checkpoint_interval, ck, need_parameter_grads, p_start, p_end, g_tr, g_db)
     else:
         eTr, tmax, eTrRT, tmaxR, eDT, Dm = x.factored_tables()
-        numba_factored.backward_batch(*args, x.Tr, eTr, tmax, eTrRT, tmaxR, x.D, eDT, Dm, checkpoint_interval, ck,
-                                      need_parameter_grads, p_start, p_end, g_tr, g_db)
+        _run_batch(numba_factored.backward_batch, x.B, 3 * x.work(), *args, x.Tr, eTr, tmax, eTrRT, tmaxR, x.D,
+                   eDT, Dm, checkpoint_interval, ck, need_parameter_grads, p_start, p_end, g_tr, g_db)
     if not need_parameter_grads:
         g_tr = np.zeros((B,) + tuple(x.Tr.shape))
         g_db = np.zeros((B, K, C))
@@ -245,9 +295,11 @@ def _viterbi(x: _Inputs, store: bool):
     args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths, x.Tr)
     if x.direct:
         # phantom predecessor of a first segment of duration k, marginalised: lse_{c'} Tr[k-1, c', c]
-        numba_direct.viterbi_batch(*args, _lse(x.Tr, 1), x.D, store, bp_k, bp_c, scores, labels, starts)
+        _run_batch(numba_direct.viterbi_batch, B, x.work(), *args, _lse(x.Tr, 1), x.D, store, bp_k, bp_c,
+                   scores, labels, starts)
     else:
-        numba_factored.viterbi_batch(*args, _lse(x.Tr, 0), x.D, store, bp_k, bp_c, scores, labels, starts)
+        _run_batch(numba_factored.viterbi_batch, B, x.work(), *args, _lse(x.Tr, 0), x.D, store, bp_k, bp_c,
+                   scores, labels, starts)
     return scores, labels, starts
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .numba_common import (
     KERNEL,
@@ -167,11 +167,10 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eDT, Dm, interva
     return lse_finish(m, s)
 
 
-@njit(parallel=True, **KERNEL)
-def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck, out):
+@njit(**KERNEL)
+def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck, out, lo, hi):
     """forward_seq for every sequence: S (B, T+1, C), ps/pe (B, T, C) or (1, 1, C) dummies, ck (B, N, K+1, C)."""
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+    for b in range(lo, hi):
         out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
                              lengths[b], Tr, eTr, tmax, D, eDT, Dm, interval, save, ck[min(b, ck.shape[0] - 1)])
 
@@ -328,12 +327,11 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
                 g_db[k, c] = eDT[c, k] * AdbT[c, k] + Gdb[k, c]
 
 
-@njit(parallel=True, **KERNEL)
+@njit(**KERNEL)
 def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck,
-                   grads, p_start, p_end, g_tr, g_db):
+                   grads, p_start, p_end, g_tr, g_db, lo, hi):
     """backward_seq for every sequence; p_start/p_end (B, T, C), g_tr (B, C, C), g_db (B, K, C), all zero on entry."""
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+    for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
         backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe, lengths[b],
                      logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
@@ -423,11 +421,10 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     return score, label
 
 
-@njit(parallel=True, **KERNEL)
-def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels, starts):
+@njit(**KERNEL)
+def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels, starts, lo, hi):
     """viterbi_seq and traceback for every sequence: labels (B, T) int64 filled with -1, starts (B, T) False."""
-    for i in prange(S.shape[0]):
-        b = np.int64(i)
+    for b in range(lo, hi):
         bs = min(b, bp_k.shape[0] - 1)
         score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
                                    lengths[b], Tr, u0, D, store, bp_k[bs], bp_c[bs])
