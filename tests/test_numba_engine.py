@@ -22,6 +22,7 @@ from torch_semimarkov.oracle import brute_force, naive_marginals, naive_semi_crf
 from torch_semimarkov.streaming.pytorch_reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,
+    semi_crf_streaming_viterbi_pytorch,
 )
 from torch_semimarkov.streaming.segments import Segment
 
@@ -98,10 +99,10 @@ def map_oracle(inp, b):
             for k, c in zip(durations, labels):
                 segs.append(Segment(s, s + k, c))
                 s += k
-            sc = segmentation_score(inp["cum_scores"][b], inp["transition"], inp["duration_bias"], segs, ps, pe, "log")
+            sc = segmentation_score(inp["cum_scores"][b], inp["transition"], inp["duration_bias"], segs, ps, pe)
             scored.append((sc, segs))
     best = max(sc for sc, _ in scored)
-    if best < -1e8:  # every segmentation uses a forbidden entry (the oracle clamps them to -1e9)
+    if best == -math.inf:  # every segmentation uses a forbidden entry
         return -math.inf, []
     return best, [segs for sc, segs in scored if sc >= best - 1e-9]
 
@@ -216,6 +217,18 @@ def test_matches_pytorch_path_float64(case, dt, pr):
 
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+@pytest.mark.parametrize("case", PATH_CASES, ids=_path_id)
+def test_viterbi_matches_pytorch_path(case, dt):
+    B, T, K, C, lengths = case
+    inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj="both", seed=2 * T + K)
+    got = semi_crf_streaming_viterbi_numba(*positional(inp), **proj(inp))
+    want = semi_crf_streaming_viterbi_pytorch(*positional(inp), **proj(inp))
+    assert_close(got[0], want[0], **EXACT, msg="score")
+    assert torch.equal(got[1], want[1]), "labels"
+    assert torch.equal(got[2], want[2] & (want[1] >= 0)), "segment starts"
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
 def test_float32_inputs_match_pytorch_path(dt):
     inp = make_inputs(3, 70, 9, 5, lengths="ragged", duration_transitions=dt, proj="both", seed=3, dtype=F32)
     got, want = run_numba(inp), run_pytorch(inp)
@@ -285,20 +298,15 @@ def test_ragged_batch_equals_sequences_alone_and_ignores_padding(dt):
 
 
 # ---------------------------------------------------------------------------------------------
-# Viterbi at larger sizes: the naive DP with the phantom's max turned into its log-sum-exp
+# Viterbi at larger sizes: the naive edge-block DP
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("case", PATH_CASES[:5], ids=_path_id)
-def test_viterbi_matches_naive_dp_with_marginalised_phantom(case):
-    # for a (C, C) transition the first segment always starts at 0, so adding
-    # lse_{c'} Tr[c', c] - max_{c'} Tr[c', c] to proj_start[:, 0, c] turns the naive DP's max
-    # phantom into the marginalised one
+def test_viterbi_matches_naive_dp(case, dt):
     B, T, K, C, lengths = case
-    inp = make_inputs(B, T, K, C, lengths=lengths, proj="both", seed=T * K)
-    tr = inp["transition"]
-    shifted = dict(inp, proj_start=inp["proj_start"].clone())
-    shifted["proj_start"][:, 0] += torch.logsumexp(tr, 0) - tr.max(0).values
-    want_scores, want_segs = naive_semi_crf_viterbi(**shifted)
+    inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj="both", seed=T * K)
+    want_scores, want_segs = naive_semi_crf_viterbi(**inp)
     scores, labels, starts = semi_crf_streaming_viterbi_numba(*positional(inp), **proj(inp))
     assert_close(scores, want_scores, **EXACT, msg="score")
     for b in range(B):
