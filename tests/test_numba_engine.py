@@ -18,7 +18,13 @@ import pytest
 import torch
 
 from conftest import assert_close, case_id, make_inputs
-from torch_semimarkov.oracle import brute_force, naive_marginals, naive_semi_crf, naive_semi_crf_viterbi, segmentation_score
+from torch_semimarkov.oracle import (
+    brute_force,
+    naive_marginals,
+    naive_semi_crf,
+    naive_semi_crf_viterbi,
+    segmentation_score,
+)
 from torch_semimarkov.streaming.pytorch_reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,

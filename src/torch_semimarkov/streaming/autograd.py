@@ -1,8 +1,10 @@
-"""Public streaming API: dispatch between the PyTorch and Triton paths, and the autograd Functions.
+"""Public streaming API: dispatch between the Triton, compiled CPU (numba) and PyTorch paths, and
+the autograd Functions.
 
-The Triton kernels are used when the tensors are on a CUDA device, Triton imports and
-``use_triton=True``; otherwise the PyTorch path runs (on any device). Both paths return the same
-quantities; the backward is hand-written (checkpointed recompute), never an autograd graph over T.
+``backend="auto"`` (the default, :mod:`.backends`) runs the Triton kernels on CUDA tensors when
+Triton imports and ``use_triton=True``, the compiled CPU engine on CPU tensors when numba imports,
+and the PyTorch path otherwise (on any device). All paths return the same quantities; the backward
+is hand-written (checkpointed recompute), never an autograd graph over T.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .pytorch_reference import (
     semi_crf_streaming_forward_pytorch,
     semi_crf_streaming_viterbi_pytorch,
 )
+from .backends import numba_engine, resolve_backend
 from .segments import Segment, segments_from_boundaries
 from .validation import StreamingInputs, validate_streaming_inputs
 
@@ -51,8 +54,9 @@ def triton_available() -> bool:
     return bool(_triton_launchers())
 
 
-def _can_use_triton(inp: StreamingInputs, use_triton: bool) -> bool:
-    return bool(use_triton) and inp.cum_scores.is_cuda and triton_available()
+def _backend_for(inp: StreamingInputs, use_triton: bool, backend: str) -> str:
+    """``"triton"``, ``"numba"`` or ``"torch"`` for these inputs (ValueError for an unusable request)."""
+    return resolve_backend(backend, use_triton, inp.cum_scores.is_cuda, triton_available)
 
 
 def _debug() -> bool:
@@ -191,6 +195,35 @@ class SemiCRFStreamingTriton(_StreamingFunction):
         return SemiCRFStreamingTriton._backward(ctx, grad_output)
 
 
+class SemiCRFStreamingNumba(_StreamingFunction):
+    """Autograd Function for log Z on the compiled CPU engine (numba, CPU tensors)."""
+
+    backend = "numba"
+
+    @staticmethod
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
+        return numba_engine().semi_crf_streaming_forward_numba(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
+        )
+
+    @staticmethod
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end, num_warps):
+        return numba_engine().semi_crf_streaming_backward_numba(
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring_ckpts, interval, norm_ckpts, proj_start, proj_end
+        )
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, checkpoint_interval=None, num_warps=None):
+        return SemiCRFStreamingNumba._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return SemiCRFStreamingNumba._backward(ctx, grad_output)
+
+
+_FUNCTIONS = {"triton": SemiCRFStreamingTriton, "numba": SemiCRFStreamingNumba, "torch": SemiCRFStreaming}
+
+
 def _check_num_warps(num_warps) -> None:
     if num_warps is None:
         return
@@ -198,8 +231,8 @@ def _check_num_warps(num_warps) -> None:
         raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
 
 
-def _function_for(inp: StreamingInputs, use_triton: bool):
-    return SemiCRFStreamingTriton if _can_use_triton(inp, use_triton) else SemiCRFStreaming
+def _function_for(inp: StreamingInputs, use_triton: bool, backend: str = "auto"):
+    return _FUNCTIONS[_backend_for(inp, use_triton, backend)]
 
 
 def semi_crf_streaming_forward(
@@ -214,6 +247,7 @@ def semi_crf_streaming_forward(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
 
@@ -232,10 +266,14 @@ def semi_crf_streaming_forward(
             differentiable (the gradient of the max is the indicator of the best segmentation).
         proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
             its last position) at a position.
-        use_triton: use the Triton kernels when the tensors are on CUDA.
+        use_triton: use the Triton kernels when the tensors are on CUDA (False keeps
+            ``backend="auto"`` off Triton).
         num_warps: Triton warps per program; None (default) picks them from the problem size
             (measured best per ring size on an H200); an int forces that many.
         checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
+        backend: ``"auto"`` (default: Triton for CUDA tensors, the compiled CPU engine for CPU
+            tensors when numba is installed, else the PyTorch path), ``"triton"``, ``"numba"`` or
+            ``"torch"``; naming one that cannot run here raises ``ValueError``.
 
     Returns:
         (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``;
@@ -256,28 +294,31 @@ def semi_crf_streaming_forward(
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
     )
+    name = _backend_for(inp, use_triton, backend)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if not needs_grad:
-        return _score_no_grad(inp, semiring, use_triton, num_warps, checkpoint_interval)
+        return _score_no_grad(inp, semiring, name, num_warps, checkpoint_interval)
     if semiring == "max":
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
-            (use_triton, num_warps),
+            (use_triton, num_warps, name),
         )
-    fn = _function_for(inp, use_triton)
+    fn = _FUNCTIONS[name]
     return fn.apply(
         inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
         checkpoint_interval, num_warps,
     )
 
 
-def _score_no_grad(inp: StreamingInputs, semiring: str, use_triton: bool, num_warps: int, checkpoint_interval):
+def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, num_warps: int, checkpoint_interval):
     """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if backend == "triton":
             score = _triton_launchers()[0](*args, checkpoint_interval, num_warps, save_for_backward=False)[0]
+        elif backend == "numba":
+            score = numba_engine().semi_crf_streaming_forward_numba(*args, checkpoint_interval, save_for_backward=False)[0]
         else:
             score = semi_crf_streaming_forward_pytorch(*args, checkpoint_interval)[0]
     return score.to(inp.cum_scores.dtype)
@@ -296,10 +337,11 @@ class _ViterbiScore(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend_args):
-        use_triton, num_warps = backend_args
+        use_triton, num_warps, backend = backend_args
         inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         result = semi_crf_streaming_viterbi(
-            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps, _validated=inp
+            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, num_warps,
+            backend=backend, _validated=inp,
         )
         ctx.save_for_backward(cum_scores, transition, lengths, result.labels)
         ctx.segments, ctx.K = result.segments, K
@@ -380,6 +422,7 @@ def semi_crf_streaming_viterbi(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    backend: str = "auto",
     *,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
@@ -412,9 +455,12 @@ def semi_crf_streaming_viterbi(
     args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K,
             None if inp.proj_start is None else inp.proj_start.detach(),
             None if inp.proj_end is None else inp.proj_end.detach())
+    name = _backend_for(inp, use_triton, backend)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if name == "triton":
             scores, labels, starts = _triton_launchers()[2](*args, num_warps=num_warps)
+        elif name == "numba":
+            scores, labels, starts = numba_engine().semi_crf_streaming_viterbi_numba(*args)
         else:
             scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
     # one device-to-host transfer for labels, segment starts and lengths
@@ -458,6 +504,7 @@ def semi_crf_streaming_marginals(
     use_triton: bool = True,
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
+    backend: str = "auto",
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
 
@@ -481,11 +528,18 @@ def semi_crf_streaming_marginals(
     args = [inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K]
     ps = None if inp.proj_start is None else inp.proj_start.detach()
     pe = None if inp.proj_end is None else inp.proj_end.detach()
+    name = _backend_for(inp, use_triton, backend)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if name == "triton":
             launch_forward, launch_backward, _ = _triton_launchers()
             log_z, ring, interval, norms = launch_forward(*args, "log", ps, pe, checkpoint_interval, num_warps)
             p_start, p_end, _, _ = launch_backward(*args, log_z, ring, interval, norms, ps, pe, num_warps)
+        elif name == "numba":
+            engine = numba_engine()
+            log_z, ring, interval, norms = engine.semi_crf_streaming_forward_numba(*args, "log", ps, pe, checkpoint_interval)
+            p_start, p_end, _, _ = engine.semi_crf_streaming_backward_numba(
+                *args, log_z, ring, interval, norms, ps, pe, need_parameter_grads=False
+            )
         else:
             log_z, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, "log", ps, pe, checkpoint_interval)
             p_start, p_end, _, _ = semi_crf_streaming_backward_pytorch(*args, log_z, ring, interval, norms, ps, pe)

@@ -285,7 +285,7 @@ def semi_crf_streaming_backward_numba(
 
 def _viterbi(x: _Inputs, store: bool):
     """Run the Viterbi kernels; returns float64 scores and (with store) labels and segment starts."""
-    B, T, C, K = x.B, x.T, x.C, x.K
+    B, T, C = x.B, x.T, x.C
     shape = (B, max(x.t_max, 1), C) if store else (1, 1, C)
     bp_k = np.zeros(shape, dtype=np.int32)
     bp_c = np.zeros(shape, dtype=np.int32)
