@@ -171,14 +171,17 @@ def run_threads(configs, opts):
     out = []
     fns = ours("numba")
     torch_threads = torch.get_num_threads()
-    numba_threads = numba.get_num_threads()
+    numba_threads = numba.config.NUMBA_NUM_THREADS
     for B, T, K, C in configs:
         args = (*make_inputs(B, T, K, C), K)
         rec = {"B": B, "T": T, "K": K, "C": C}
         for n in (1, 2):
             numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+            # numba's threading layer also sets OpenMP's thread count, which torch reads
+            torch.set_num_threads(torch_threads)
             rec[f"numba_threads_{n}_ms"] = timed(lambda a=args: fwd_bwd(fns["forward"], *a), opts.repeats)[0]
         numba.set_num_threads(numba_threads)
+        torch.set_num_threads(torch_threads)
         for n in (1, 2):
             torch.set_num_threads(n)
             rec[f"torch_threads_{n}_ms"] = timed(lambda a=args: fwd_bwd(fns["forward"], *a), opts.repeats)[0]
@@ -268,7 +271,7 @@ def main(argv=None):
         "python": platform.python_version(),
         "machine": platform.machine(),
         "torch_threads": torch.get_num_threads(),
-        "numba_threads": numba.get_num_threads(),
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
         "cpu_count": os.cpu_count(),
         "flash_semicrf": None if fs is None else getattr(sys.modules.get("flash_semicrf"), "__version__", "?"),
         "kernel_load_s": load_s,

@@ -416,6 +416,14 @@ def test_extreme_scores_use_the_exact_fallback():
 # Determinism
 # ---------------------------------------------------------------------------------------------
 
+def test_the_engine_leaves_torch_threads_alone():
+    # starting numba's threading layer would set OpenMP's thread count, which torch shares
+    torch_threads = torch.get_num_threads()
+    inp = make_inputs(2, 30, 4, 3, seed=12)
+    run_numba(inp)
+    assert torch.get_num_threads() == torch_threads
+
+
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
 def test_results_are_bitwise_identical_for_any_thread_count(dt, monkeypatch):
     import torch_semimarkov.streaming.numba_engine as engine
@@ -423,14 +431,18 @@ def test_results_are_bitwise_identical_for_any_thread_count(dt, monkeypatch):
     # run even this small batch on several threads
     monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)
     inp = make_inputs(5, 80, 7, 6, lengths="ragged", duration_transitions=dt, proj="both", seed=11)
+    # numba.set_num_threads starts numba's OpenMP layer, which also sets the thread count torch reads
+    torch_threads = torch.get_num_threads()
     before = numba.get_num_threads()
     try:
         runs = []
         for threads in (1, numba.config.NUMBA_NUM_THREADS, 1):
             numba.set_num_threads(threads)
+            assert engine.num_threads() == threads
             runs.append(run_numba(inp) + semi_crf_streaming_viterbi_numba(*positional(inp), **proj(inp)))
     finally:
         numba.set_num_threads(before)
+        torch.set_num_threads(torch_threads)
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert torch.equal(a, b)

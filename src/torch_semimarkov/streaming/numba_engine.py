@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple
 
 import numba
+import numba.np.ufunc.parallel as numba_parallel
 import numpy as np
 import torch
 
@@ -89,15 +90,27 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return pool
 
 
+def num_threads() -> int:
+    """Threads the engine uses: numba's setting (``numba.set_num_threads``, else ``NUMBA_NUM_THREADS``,
+    by default the number of cores).
+
+    numba's own threading layer is never started here: starting it sets OpenMP's thread count,
+    which torch shares, so a model's torch operations would silently change their thread count.
+    """
+    if numba_parallel._is_initialized:
+        return numba.get_num_threads()
+    return numba.config.NUMBA_NUM_THREADS
+
+
 def _run_batch(kernel, B: int, work_per_sequence: float, *args) -> None:
     """Run ``kernel(*args, lo, hi)`` over the sequences [0, B), in parallel where it pays.
 
     Sequences are split into contiguous chunks that worker threads take from a queue (the kernels
     release the GIL), so a worker that gets no CPU time simply takes fewer chunks. Each sequence is
-    computed by one call, start to end, so results are identical for any thread count. The thread
-    count is numba's (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).
+    computed by one call, start to end, so results are identical for any thread count
+    (:func:`num_threads`).
     """
-    n = min(numba.get_num_threads(), B)
+    n = min(num_threads(), B)
     if n <= 1 or B * work_per_sequence < _PARALLEL_MIN_WORK:
         kernel(*args, 0, B)
         return
