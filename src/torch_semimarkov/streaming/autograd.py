@@ -106,6 +106,10 @@ class _StreamingFunction(torch.autograd.Function):
     backend = "PyTorch"
 
     @staticmethod
+    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
+        return _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+
+    @staticmethod
     def _forward_impl(*args, **kwargs):
         raise NotImplementedError
 
@@ -133,7 +137,7 @@ class _StreamingFunction(torch.autograd.Function):
             cum_scores, transition, duration_bias, lengths, ctx.K, partition, ring_ckpts, ctx.interval, norm_ckpts,
             proj_start, proj_end, ctx.num_warps,
         )
-        grads = _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+        grads = cls._scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
         if _debug():
             names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
             _check_finite("CRF backward", cls.backend, **dict(zip(names, grads)))
@@ -199,6 +203,12 @@ class SemiCRFStreamingNumba(_StreamingFunction):
     """Autograd Function for log Z on the compiled CPU engine (numba, CPU tensors)."""
 
     backend = "numba"
+
+    @staticmethod
+    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
+        return numba_engine().scale_gradients(
+            ctx.saved_tensors[0], ctx.needs_input_grad, grad_output, p_start, p_end, g_tr, g_db
+        )
 
     @staticmethod
     def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, checkpoint_interval, num_warps):
@@ -535,11 +545,7 @@ def semi_crf_streaming_marginals(
             log_z, ring, interval, norms = launch_forward(*args, "log", ps, pe, checkpoint_interval, num_warps)
             p_start, p_end, _, _ = launch_backward(*args, log_z, ring, interval, norms, ps, pe, num_warps)
         elif name == "numba":
-            engine = numba_engine()
-            log_z, ring, interval, norms = engine.semi_crf_streaming_forward_numba(*args, "log", ps, pe, checkpoint_interval)
-            p_start, p_end, _, _ = engine.semi_crf_streaming_backward_numba(
-                *args, log_z, ring, interval, norms, ps, pe, need_parameter_grads=False
-            )
+            return MarginalsResult(*numba_engine().semi_crf_streaming_marginals_numba(*args, ps, pe, checkpoint_interval))
         else:
             log_z, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, "log", ps, pe, checkpoint_interval)
             p_start, p_end, _, _ = semi_crf_streaming_backward_pytorch(*args, log_z, ring, interval, norms, ps, pe)
