@@ -15,8 +15,10 @@ scaled rings of :mod:`.numba_common`):
   segment's phantom predecessor is marginalised (``u0 = lse_{c'} Tr[c', c]``).
 
 Arrays are C-contiguous float64 unless stated; ``-inf`` marks what is forbidden or impossible.
-Each ``*_batch`` function runs its sequences in parallel (``prange``); each sequence's work is
-sequential and writes only its own outputs, so results do not depend on the thread count.
+Each ``*_batch`` function runs the sequences [lo, hi) of a batch, one after the other; the host
+(:mod:`.numba_engine`) calls it on several threads for disjoint ranges (the kernels release the
+GIL). Each sequence's work is sequential and writes only its own outputs, so results do not
+depend on the thread count.
 """
 
 from __future__ import annotations
