@@ -19,6 +19,16 @@ if not torch.cuda.is_available():
 
 from torch_semimarkov.streaming.segments import Segment
 
+def _cpu_backends():
+    from torch_semimarkov.streaming import numba_available
+
+    return ["torch", "numba"] if numba_available() else ["torch"]
+
+
+#: The engines that run on CPU tensors (``backend=`` values): the PyTorch path and, when numba is
+#: installed, the compiled CPU engine.
+CPU_BACKENDS = _cpu_backends()
+
 #: The inputs of the streaming API that log Z is differentiable with respect to.
 DIFFERENTIABLE = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
 

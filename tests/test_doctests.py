@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "torch_semimarkov.streaming.autograd",
     "torch_semimarkov.streaming.pytorch_reference",
+    "torch_semimarkov.streaming.numba_engine",
     "torch_semimarkov.streaming.segments",
     "torch_semimarkov.nn",
     "torch_semimarkov.durations",
@@ -25,6 +26,8 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
+    if "numba" in name:
+        pytest.importorskip("numba")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.attempted > 0, f"{name} has no docstring examples"

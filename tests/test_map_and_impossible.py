@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_close, make_inputs, random_upstream
+from conftest import CPU_BACKENDS, assert_close, make_inputs, random_upstream
 from torch_semimarkov import SemiMarkovCRFHead, labels_to_segments
 from torch_semimarkov.oracle import brute_force
 from torch_semimarkov.streaming import (
@@ -119,14 +119,15 @@ def test_the_audits_smallest_case():
     assert_close(trg.grad, torch.tensor([[0.5, 0.0], [0.5, 0.0]], dtype=F64))
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("chunk", range(10))
-def test_viterbi_is_a_maximiser_of_the_probability(chunk):
+def test_viterbi_is_a_maximiser_of_the_probability(chunk, backend):
     """550 random problems (55 per chunk) against brute-force enumeration of P(segmentation)."""
     for i in range(55):
         seed = 1000 + chunk * 55 + i
         inp = random_problem(seed)
-        res = semi_crf_streaming_viterbi(**inp, use_triton=False)
-        score = semi_crf_streaming_forward(**inp, semiring="max", use_triton=False)
+        res = semi_crf_streaming_viterbi(**inp, backend=backend)
+        score = semi_crf_streaming_forward(**inp, semiring="max", backend=backend)
         for b, L in enumerate(inp["lengths"].tolist()):
             best, log_z = _best_by_enumeration(inp, b)
             if best == NEG:
@@ -173,15 +174,16 @@ def test_triton_viterbi_is_a_maximiser_of_the_probability(seed, engine):
         assert math.isclose(float(scores[b]), got, rel_tol=1e-5, abs_tol=1e-5)
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("seed", range(12))
-def test_head_decode_score_is_the_gold_score_of_the_decoded_segmentation(seed):
+def test_head_decode_score_is_the_gold_score_of_the_decoded_segmentation(seed, backend):
     rng = np.random.default_rng(seed)
     C, K, T, H = int(rng.integers(2, 4)), int(rng.integers(1, 5)), 6, 3
     allowed = torch.from_numpy(rng.random((C, C)) < 0.7)
     allowed[0] = True  # every label can be entered from label 0
     head = SemiMarkovCRFHead(C, K, hidden_dim=H, transition=str(rng.choice(["static", "duration"])),
                              allowed_transitions=allowed, boundary_scores=bool(rng.random() < 0.5),
-                             cumsum_dtype=F64, use_triton=False).to(F64)
+                             cumsum_dtype=F64, backend=backend).to(F64)
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, 1.0)
@@ -259,29 +261,30 @@ def _check_impossible(inp, dead, forward, backward, viterbi, rtol=1e-9):
     assert_close(scores[~dead_t].double(), bf.max_score[~dead_t], atol=rtol, rtol=rtol)
 
 
-def _cpu_backward(inp, up, semiring="log"):
+def _cpu_backward(inp, up, semiring="log", backend="torch"):
     leaves = {k: inp[k].detach().clone().requires_grad_(True)
               for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if inp[k] is not None}
     kw = dict(inp, **leaves)
-    out = semi_crf_streaming_forward(**kw, semiring=semiring, use_triton=False)
+    out = semi_crf_streaming_forward(**kw, semiring=semiring, backend=backend)
     torch.where(up > 0, out * up.to(out.dtype), torch.zeros_like(out)).sum().backward()
     return {k: v.grad for k, v in leaves.items()}
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
-def test_impossible_sequences_cpu(dt):
+def test_impossible_sequences_cpu(dt, backend):
     inp, dead = _impossible_batch(dt)
     _check_impossible(
         inp, dead,
-        forward=lambda x: semi_crf_streaming_forward(**x, use_triton=False),
-        backward=_cpu_backward,
-        viterbi=lambda x: (lambda r: (r.scores, r.labels, _starts(r)))(semi_crf_streaming_viterbi(**x, use_triton=False)),
+        forward=lambda x: semi_crf_streaming_forward(**x, backend=backend),
+        backward=lambda x, up: _cpu_backward(x, up, backend=backend),
+        viterbi=lambda x: (lambda r: (r.scores, r.labels, _starts(r)))(semi_crf_streaming_viterbi(**x, backend=backend)),
     )
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=backend)
     for b in range(4):
         assert (res.segments[b] == []) == dead[b]
     # marginals: zero (never NaN) for the impossible sequences, the oracle's elsewhere
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=backend)
     bf = brute_force(**inp)
     dead_t = torch.tensor(dead)
     for t in (m.start, m.end, m.position, m.boundary):
@@ -290,7 +293,7 @@ def test_impossible_sequences_cpu(dt):
     assert_close(m.position[~dead_t], bf.position[~dead_t])
     assert bool(torch.isneginf(m.log_Z[dead_t]).all())
     # the max semiring with gradients: -inf and zero, finite gradients for those rows
-    g = _cpu_backward(inp, torch.where(dead_t, 0.0, 1.0).double(), semiring="max")
+    g = _cpu_backward(inp, torch.where(dead_t, 0.0, 1.0).double(), semiring="max", backend=backend)
     for name, grad in g.items():
         assert bool(torch.isfinite(grad).all()), name
 
@@ -377,8 +380,8 @@ def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
     db = inp["duration_bias"].clone()
     db[[0, 1, 3, 4]] = NEG
     inp["duration_bias"] = db
-    want = semi_crf_streaming_forward(**inp, use_triton=False)
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    want = semi_crf_streaming_forward(**inp, backend="torch")
+    m = semi_crf_streaming_marginals(**inp, backend="torch")
     x32 = {k: (t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t) for k, t in inp.items()}
     v = validate_streaming_inputs(**x32)
     plan = _plan(launch, v, "log", engine)
@@ -389,9 +392,10 @@ def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
                                                   v.proj_start, v.proj_end, plan=plan, state=state)
     assert_close(p_start.double(), m.start, atol=1e-4, rtol=0, msg="P_start")
     assert_close(p_end.double(), m.end, atol=1e-4, rtol=0, msg="P_end")
-    # the CPU path in float32 too
-    z_cpu = semi_crf_streaming_forward(**x32, use_triton=False)
-    assert_close(z_cpu.double(), want, atol=0, rtol=1e-6, msg="CPU float32 log Z")
+    # the CPU paths in float32 too
+    for backend in CPU_BACKENDS:
+        z_cpu = semi_crf_streaming_forward(**x32, backend=backend)
+        assert_close(z_cpu.double(), want, atol=0, rtol=1e-6, msg=f"CPU float32 log Z ({backend})")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""The streaming PyTorch engine against the independent oracles.
+"""The CPU engines (the streaming PyTorch path and the compiled numba engine) against the oracles.
+
+Every test runs once per CPU backend (``CPU_BACKENDS``) through the public API.
 
 Brute-force enumeration (T <= 6) for partition, Viterbi and marginals; the naive edge-block DP
 with autograd for partition and every gradient at larger sizes; pytorch-struct one sequence at a
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from conftest import (
+    CPU_BACKENDS,
     DIFFERENTIABLE,
     assert_close,
     case_id,
@@ -51,8 +54,30 @@ F32 = torch.float32
 DTYPES = [pytest.param(F64, id="f64"), pytest.param(F32, id="f32")]
 
 
+#: The backend the public calls of the running test use (set by the ``cpu_backend`` fixture).
+BACKEND = "torch"
+
+
+@pytest.fixture(autouse=True, params=CPU_BACKENDS)
+def cpu_backend(request):
+    global BACKEND
+    BACKEND = request.param
+    yield request.param
+    BACKEND = "torch"
+
+
 def fwd(inp, **kw):
-    return semi_crf_streaming_forward(**inp, use_triton=False, **kw)
+    return semi_crf_streaming_forward(**inp, backend=BACKEND, **kw)
+
+
+def engine_functions():
+    """(forward, backward, viterbi) low-level functions of the running test's backend."""
+    if BACKEND == "numba":
+        from torch_semimarkov.streaming import numba_engine as ne
+
+        return (ne.semi_crf_streaming_forward_numba, ne.semi_crf_streaming_backward_numba,
+                ne.semi_crf_streaming_viterbi_numba)
+    return semi_crf_streaming_forward_pytorch, semi_crf_streaming_backward_pytorch, semi_crf_streaming_viterbi_pytorch
 
 
 def as_dtype(inp, dtype):
@@ -119,7 +144,7 @@ def test_max_score_matches_brute_force(brute_case, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_viterbi_matches_brute_force(brute_case, dtype):
     inp, bf = brute_case
-    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), use_triton=False)
+    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), backend=BACKEND)
     assert_close(res.scores, bf.max_score, msg="viterbi score")
     check_best_segments(res.segments, bf.argmax, bf.max_score, inp, bf.argmax_unique)
     T = inp["cum_scores"].shape[1] - 1
@@ -129,7 +154,7 @@ def test_viterbi_matches_brute_force(brute_case, dtype):
 
 def test_marginals_match_brute_force(brute_case):
     inp, bf = brute_case
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     assert_close(m.log_Z, bf.log_Z, msg="log_Z")
     assert_close(m.start, bf.start, msg="start")
     assert_close(m.end, bf.end, msg="end")
@@ -139,7 +164,7 @@ def test_marginals_match_brute_force(brute_case):
 
 def test_marginals_float32_match_brute_force(brute_case):
     inp, bf = brute_case
-    m = semi_crf_streaming_marginals(**as_dtype(inp, F32), use_triton=False)
+    m = semi_crf_streaming_marginals(**as_dtype(inp, F32), backend=BACKEND)
     for name in ("log_Z", "start", "end", "position", "boundary"):
         assert getattr(m, name).dtype == F32, name
         assert_close(getattr(m, name), getattr(bf, name), msg=name)
@@ -157,15 +182,16 @@ def test_gradients_match_brute_force(brute_case):
         assert_close(got[name], want[name], msg=f"d logZ / d {name}")
 
 
-def test_pytorch_reference_functions_match_brute_force(brute_case):
+def test_engine_functions_match_brute_force(brute_case):
     """The low-level forward/backward/viterbi contract: unscaled marginals and per-batch grads."""
     inp, bf = brute_case
     B = inp["cum_scores"].shape[0]
     args = (inp["cum_scores"], inp["transition"], inp["duration_bias"], inp["lengths"], inp["K"])
     kw = dict(proj_start=inp["proj_start"], proj_end=inp["proj_end"])
-    partition, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, **kw)
+    forward, backward, viterbi = engine_functions()
+    partition, ring, interval, norms = forward(*args, **kw)
     assert_close(partition, bf.log_Z, msg="partition")
-    p_start, p_end, g_tr, g_db = semi_crf_streaming_backward_pytorch(*args, partition, ring, interval, norms, **kw)
+    p_start, p_end, g_tr, g_db = backward(*args, partition, ring, interval, norms, **kw)
     assert_close(p_start, bf.start, msg="p_start")
     assert_close(p_end, bf.end, msg="p_end")
     # per-sequence gradients of log Z[b] with respect to the shared parameters
@@ -179,7 +205,7 @@ def test_pytorch_reference_functions_match_brute_force(brute_case):
         want_db.append(gd)
     assert_close(g_tr, torch.stack(want_tr), msg="grad_transition_per_batch")
     assert_close(g_db, torch.stack(want_db), msg="grad_duration_bias_per_batch")
-    scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args, **kw)
+    scores, labels, starts = viterbi(*args, **kw)
     assert_close(scores, bf.max_score, msg="viterbi scores")
     T = inp["cum_scores"].shape[1] - 1
     for b, segs in enumerate(bf.argmax):
@@ -249,7 +275,7 @@ def test_checkpoint_interval_does_not_change_results(interval, dt):
     got_g, want_g = grads_of(out, a, up), grads_of(want, b, up)
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name} (interval {interval})")
-    m = semi_crf_streaming_marginals(**inp, use_triton=False, checkpoint_interval=interval)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND, checkpoint_interval=interval)
     lz, start, end, position, boundary = naive_marginals(**inp)
     assert_close(m.start, start, msg="start")
     assert_close(m.end, end, msg="end")
@@ -262,7 +288,7 @@ def test_viterbi_matches_naive_dp(case, dt, dtype):
     B, T, K, C, lengths = case
     inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj="both", seed=T * K)
     want_scores, want_segs = naive_semi_crf_viterbi(**inp)
-    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), use_triton=False)
+    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), backend=BACKEND)
     assert_close(res.scores, want_scores, msg="viterbi score")
     assert_close(fwd(as_dtype(inp, dtype), semiring="max"), want_scores, msg="max-semiring forward")
     assert res.segments == want_segs
@@ -274,7 +300,7 @@ def test_viterbi_matches_naive_dp(case, dt, dtype):
 def test_marginals_match_naive_dp(case, dt):
     B, T, K, C, lengths = case
     inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj="both", seed=T * C)
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     lz, start, end, position, boundary = naive_marginals(**inp)
     assert_close(m.log_Z, lz, msg="log_Z")
     assert_close(m.start, start, msg="start")
@@ -316,7 +342,7 @@ def test_matches_torch_struct_per_sequence(case):
     a = with_grad(inp)
     out = fwd(a)
     got_g = grads_of(out, a, up)
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     want_g = {k: torch.zeros_like(v) for k, v in got_g.items()}
     for b in range(B):
         L = int(inp["lengths"][b])
@@ -449,7 +475,7 @@ def test_k1_is_a_linear_chain_crf(proj, dt):
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
     assert_close(fwd(inp, semiring="max"), linear_chain(inp, "max"), msg="max")
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     assert torch.equal(res.labels, linear_chain_viterbi_labels(inp))
     for b_, segs in enumerate(res.segments):
         assert all(s.end - s.start == 1 for s in segs)
@@ -469,11 +495,11 @@ def test_length_one_closed_form(dt):
     assert_close(fwd(inp), torch.logsumexp(per_label, -1), msg="log Z")
     # the single segment's probability is softmax(per_label): Viterbi picks its argmax
     best = per_label
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     assert_close(res.scores, best.max(-1).values, msg="viterbi")
     assert res.labels[:, 1:].eq(-1).all()
     assert [s[0].label for s in res.segments] == best.argmax(-1).tolist()
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     assert_close(m.position[:, 0], torch.softmax(per_label, -1), msg="position")
     assert float(m.position[:, 1:].abs().sum()) == 0.0
 
@@ -492,7 +518,7 @@ def test_k_at_least_t(T, K):
     assert float(got_g["duration_bias"][T:].abs().sum()) == 0.0
     assert float(got_g["transition"][T:].abs().sum()) == 0.0
     scores, segs = naive_semi_crf_viterbi(**inp)
-    assert semi_crf_streaming_viterbi(**inp, use_triton=False).segments == segs
+    assert semi_crf_streaming_viterbi(**inp, backend=BACKEND).segments == segs
 
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
@@ -509,8 +535,8 @@ def test_ragged_batch_equals_sequences_alone_and_ignores_padding(dt):
     a = with_grad(inp)
     out = fwd(a)
     g = grads_of(out, a, up)
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     g_tr = torch.zeros_like(inp["transition"])
     g_db = torch.zeros_like(inp["duration_bias"])
     for b in range(B):
@@ -526,7 +552,7 @@ def test_ragged_batch_equals_sequences_alone_and_ignores_padding(dt):
             assert float(g[key][b, L:].abs().sum()) == 0.0
         g_tr += g1["transition"]
         g_db += g1["duration_bias"]
-        r1 = semi_crf_streaming_viterbi(**seq(inp, b), use_triton=False)
+        r1 = semi_crf_streaming_viterbi(**seq(inp, b), backend=BACKEND)
         assert res.segments[b] == r1.segments[0]
         assert_close(res.scores[b], r1.scores[0])
         assert bool((res.labels[b, L:] == -1).all())
@@ -548,7 +574,7 @@ def test_batch_of_one_and_large_batch_agree():
 
 def test_viterbi_segments_tile_and_score():
     inp = make_inputs(3, 40, 7, 4, lengths=[40, 19, 3], duration_transitions=True, proj="both", seed=73)
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     for b, segs in enumerate(res.segments):
         L = int(inp["lengths"][b])
         assert segs[0].start == 0 and segs[-1].end == L
@@ -590,12 +616,12 @@ def test_neg_inf_transitions_give_finite_gradients(dt, dtype):
     for name in want_g:
         assert_close(got_g[name], want_g[name], msg=f"d logZ / d {name}")
     assert float(got_g["transition"][..., 0, 1].abs().sum()) == 0.0
-    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), use_triton=False)
+    res = semi_crf_streaming_viterbi(**as_dtype(inp, dtype), backend=BACKEND)
     for segs in res.segments:
         for x, y in zip(segs, segs[1:]):
             assert (x.label, y.label) not in ((0, 1), (2, 2), (0, 3), (2, 3), (3, 3))
         assert not any(s.label == 2 and s.end - s.start == 1 for s in segs)
-    m = semi_crf_streaming_marginals(**as_dtype(inp, dtype), use_triton=False)
+    m = semi_crf_streaming_marginals(**as_dtype(inp, dtype), backend=BACKEND)
     for name in ("start", "end", "position", "boundary"):
         assert bool(torch.isfinite(getattr(m, name)).all()), name
 
@@ -607,10 +633,10 @@ def test_neg_inf_brute_force_small():
     inp = dict(inp, transition=tr)
     bf = brute_force(**inp)
     assert_close(fwd(inp), bf.log_Z)
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     assert_close(m.start, bf.start, msg="start")
     assert_close(m.position, bf.position, msg="position")
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     check_best_segments(res.segments, bf.argmax, bf.max_score, inp, bf.argmax_unique)
 
 
@@ -650,17 +676,17 @@ def test_gradients_are_bitwise_deterministic(dt, dtype):
         assert torch.equal(out, runs[0][0])
         for name in g:
             assert torch.equal(g[name], runs[0][1][name]), f"{name} differs between runs"
-    m1 = semi_crf_streaming_marginals(**as_dtype(inp, dtype), use_triton=False)
-    m2 = semi_crf_streaming_marginals(**as_dtype(inp, dtype), use_triton=False)
+    m1 = semi_crf_streaming_marginals(**as_dtype(inp, dtype), backend=BACKEND)
+    m2 = semi_crf_streaming_marginals(**as_dtype(inp, dtype), backend=BACKEND)
     for x, y in zip(m1, m2):
         assert torch.equal(x, y)
 
 
 def test_use_triton_flag_falls_back_on_cpu():
     inp = make_inputs(2, 20, 4, 3, lengths=[20, 9], proj="both", seed=92)
-    assert torch.equal(semi_crf_streaming_forward(**inp, use_triton=True), fwd(inp))
-    v1 = semi_crf_streaming_viterbi(**inp, use_triton=True)
-    v2 = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    assert torch.equal(semi_crf_streaming_forward(**inp, use_triton=True, backend=BACKEND), fwd(inp))
+    v1 = semi_crf_streaming_viterbi(**inp, use_triton=True, backend=BACKEND)
+    v2 = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     assert v1.segments == v2.segments and torch.equal(v1.scores, v2.scores)
 
 
@@ -693,7 +719,7 @@ def test_no_autograd_graph_over_t():
 def test_checkpoints_are_small():
     B, T, K, C = 2, 3000, 10, 4
     inp = make_inputs(B, T, K, C, seed=94)
-    partition, ring, interval, norms = semi_crf_streaming_forward_pytorch(
+    partition, ring, interval, norms = engine_functions()[0](
         inp["cum_scores"], inp["transition"], inp["duration_bias"], inp["lengths"], K
     )
     saved = ring.numel() + norms.numel()
@@ -840,7 +866,7 @@ def test_all_ties_break_toward_the_smallest_index(dt):
     inp = make_inputs(2, 9, 4, 3, lengths=[9, 4], duration_transitions=dt, seed=1)
     inp = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
            for k, v in inp.items()}
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     for b, L in enumerate((9, 4)):
         assert res.segments[b] == [(i, i + 1, 0) for i in range(L)]
     assert_close(res.scores, torch.full((2,), math.log(3), dtype=F64), msg="score")
@@ -858,7 +884,7 @@ def test_long_sequence_float64_matches_naive_dp(dt):
     for name in want_g:
         assert_close(got_g[name], want_g[name], atol=1e-8, rtol=1e-8, msg=f"d logZ / d {name}")
     scores, segs = naive_semi_crf_viterbi(**inp)
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     assert_close(res.scores, scores, msg="viterbi")
     assert res.segments == segs
 
@@ -880,8 +906,8 @@ def test_non_contiguous_inputs():
     ga, gb = grads_of(fwd(a), a, up), grads_of(fwd(b), b, up)
     for name in ga:
         assert_close(gb[name], ga[name], msg=name)
-    assert semi_crf_streaming_viterbi(**nc, use_triton=False).segments == \
-        semi_crf_streaming_viterbi(**inp, use_triton=False).segments
+    assert semi_crf_streaming_viterbi(**nc, backend=BACKEND).segments == \
+        semi_crf_streaming_viterbi(**inp, backend=BACKEND).segments
 
 
 def test_expanded_batch_of_one():
@@ -927,10 +953,10 @@ def test_impossible_sequence_gives_no_nan(dt):
     # the possible sequence is unaffected by its impossible neighbour
     assert_close(out[1], fwd(seq(inp, 1))[0], msg="log Z of the possible sequence")
     assert_close(out[1], naive_semi_crf(**inp)[1])
-    res = semi_crf_streaming_viterbi(**inp, use_triton=False)
+    res = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
     assert not bool(torch.isnan(res.scores).any())
     assert res.segments[1] == [(0, 3, res.segments[1][0].label), (3, 6, res.segments[1][1].label)]
-    m = semi_crf_streaming_marginals(**inp, use_triton=False)
+    m = semi_crf_streaming_marginals(**inp, backend=BACKEND)
     for name in ("start", "end", "position", "boundary"):
         assert not bool(torch.isnan(getattr(m, name)).any()), name
 
@@ -1024,11 +1050,11 @@ def test_factored_and_direct_recurrences_agree():
     for name in ("cum_scores", "duration_bias", "proj_start", "proj_end"):
         assert_close(gb[name], ga[name], msg=name)
     assert_close(gb["transition"].sum(0), ga["transition"], msg="transition")
-    ma = semi_crf_streaming_marginals(**inp, use_triton=False)
-    mb = semi_crf_streaming_marginals(**kcc, use_triton=False)
+    ma = semi_crf_streaming_marginals(**inp, backend=BACKEND)
+    mb = semi_crf_streaming_marginals(**kcc, backend=BACKEND)
     for x, y, name in zip(ma, mb, ma._fields):
         assert_close(y, x, msg=name)
-    va = semi_crf_streaming_viterbi(**inp, use_triton=False)
-    vb = semi_crf_streaming_viterbi(**kcc, use_triton=False)
+    va = semi_crf_streaming_viterbi(**inp, backend=BACKEND)
+    vb = semi_crf_streaming_viterbi(**kcc, backend=BACKEND)
     assert_close(vb.scores, va.scores, msg="viterbi")
     assert va.segments == vb.segments

@@ -2,7 +2,7 @@
 
 The streaming engine (:mod:`torch_semimarkov.streaming`) computes the log partition, its
 gradients, Viterbi segmentations and posterior marginals in O(K·C) forward memory, on the CPU with
-PyTorch and on NVIDIA GPUs with Triton kernels.
+a compiled engine (numba) or PyTorch, and on NVIDIA GPUs with Triton kernels.
 """
 
 from .nn import SemiMarkovCRFHead
@@ -12,6 +12,7 @@ from .streaming import (
     Segment,
     ViterbiResult,
     labels_to_segments,
+    numba_available,
     segments_to_labels,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
@@ -28,6 +29,7 @@ __all__ = [
     "SemiMarkovCRFHead",
     "ViterbiResult",
     "labels_to_segments",
+    "numba_available",
     "segments_to_labels",
     "semi_crf_streaming_forward",
     "semi_crf_streaming_marginals",

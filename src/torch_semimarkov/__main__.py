@@ -13,9 +13,18 @@ def _info() -> int:
 
     import torch_semimarkov
     from torch_semimarkov.streaming.autograd import triton_available
+    from torch_semimarkov.streaming.backends import numba_available
 
     print(f"torch-semimarkov {torch_semimarkov.__version__}")
     print(f"torch {torch.__version__}; CUDA available: {torch.cuda.is_available()}; Triton kernels usable: {triton_available()}")
+    if numba_available():
+        import numba
+
+        from torch_semimarkov.streaming.numba_engine import num_threads
+
+        print(f"compiled CPU engine: numba {numba.__version__}, {num_threads()} threads (the CPU default)")
+    else:
+        print('compiled CPU engine: not installed (pip install "torch-semimarkov[cpu]"); CPU tensors use the PyTorch path')
     return 0
 
 
@@ -25,7 +34,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from . import demo
 
     demo.build_parser(sub.add_parser("demo", help="train a semi-CRF on synthetic genomics-like data and compare it with a softmax baseline"))
-    sub.add_parser("info", help="versions and whether the GPU kernels are usable")
+    sub.add_parser("info", help="versions and whether the GPU kernels and the compiled CPU engine are usable")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo.main(args=args)

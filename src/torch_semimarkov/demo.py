@@ -256,9 +256,10 @@ def run_demo(
     """Train both models, print their metrics side by side, save the figure and ``metrics.json``.
 
     Args:
-        threads: CPU threads for torch (``None``: leave torch's setting). The CPU streaming engine
-            works on small tensors position by position, where one thread is fastest; extra
-            intra-op threads only spin, and on a busy machine they make each step many times slower.
+        threads: CPU threads for torch (``None``: leave torch's setting). The encoders here work
+            on small tensors, where one thread is fastest; extra intra-op threads only spin, and on
+            a busy machine they make each step many times slower. (The compiled CPU engine runs
+            its own threads, ``numba.set_num_threads``.)
 
     Returns:
         ``{"semi_crf": metrics, "softmax": metrics, "info": {...}}``.
@@ -275,8 +276,12 @@ def run_demo(
     val_loader = DataLoader(val, batch_size=cfg.batch_size, shuffle=False, collate_fn=collate_segments)
 
     from .streaming.autograd import triton_available
+    from .streaming.backends import numba_available
 
-    backend = "Triton kernels" if dev.type == "cuda" and triton_available() else "PyTorch streaming engine"
+    if dev.type == "cuda":
+        backend = "Triton kernels" if triton_available() else "PyTorch streaming engine"
+    else:
+        backend = "compiled CPU engine (numba)" if numba_available() else "PyTorch streaming engine"
     print(
         f"torch-semimarkov demo: {cfg.train_sequences} train / {cfg.val_sequences} held-out synthetic sequences of "
         f"length {cfg.min_length}-{cfg.max_length}, C={C} labels {LABELS}, K={K}; "

@@ -23,6 +23,7 @@ from .streaming.autograd import (
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
+from .streaming.backends import BACKENDS
 from .streaming.validation import check_lengths
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
@@ -81,6 +82,9 @@ class SemiMarkovCRFHead(nn.Module):
             segments start and end.
         start_end_scores: learnable per-label scores for the first and the last segment.
         use_triton: use the Triton kernels when the tensors are on CUDA and Triton is installed.
+        backend: the engine: ``"auto"`` (default: Triton on CUDA, the compiled CPU engine on the
+            CPU when numba is installed, else the PyTorch path), ``"triton"``, ``"numba"`` or
+            ``"torch"`` (see :func:`~torch_semimarkov.semi_crf_streaming_forward`).
         checkpoint_interval: the engine's checkpoint spacing (default: about sqrt(T·K)).
         cumsum_dtype: ``torch.float32`` (default) or ``torch.float64`` for the CRF math.
         ignore_index: the label expected past each sequence's length in ``labels``.
@@ -117,6 +121,7 @@ class SemiMarkovCRFHead(nn.Module):
         cumsum_dtype: torch.dtype = torch.float32,
         ignore_index: int = -100,
         duration_kwargs: Optional[dict] = None,
+        backend: str = "auto",
         time_parallel: Optional[bool] = None,
     ):
         super().__init__()
@@ -129,11 +134,14 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(f"transition must be 'static' or 'duration', got {transition!r}")
         if cumsum_dtype not in (torch.float32, torch.float64):
             raise ValueError(f"cumsum_dtype must be torch.float32 or torch.float64, got {cumsum_dtype}")
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         C, K = int(num_classes), int(max_duration)
         self.num_classes = C
         self.max_duration = K
         self.hidden_dim = hidden_dim
         self.use_triton = use_triton
+        self.backend = backend
         self.time_parallel = time_parallel
         self.checkpoint_interval = checkpoint_interval
         self.cumsum_dtype = cumsum_dtype
@@ -329,6 +337,7 @@ class SemiMarkovCRFHead(nn.Module):
             proj_end=out.proj_end,
             use_triton=self.use_triton,
             checkpoint_interval=self.checkpoint_interval,
+            backend=self.backend,
             time_parallel=self.time_parallel,
         )
 

@@ -8,6 +8,7 @@ Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
 from .autograd import (
     MarginalsResult,
     SemiCRFStreaming,
+    SemiCRFStreamingNumba,
     SemiCRFStreamingTriton,
     ViterbiResult,
     semi_crf_streaming_forward,
@@ -15,6 +16,7 @@ from .autograd import (
     semi_crf_streaming_viterbi,
     triton_available,
 )
+from .backends import BACKENDS, numba_available
 from .constants import NEG_INF
 from .pytorch_reference import (
     semi_crf_streaming_backward_pytorch,
@@ -25,13 +27,16 @@ from .segments import Segment, labels_to_segments, segments_to_labels
 from .validation import validate_streaming_inputs
 
 __all__ = [
+    "BACKENDS",
     "NEG_INF",
     "MarginalsResult",
     "Segment",
     "SemiCRFStreaming",
+    "SemiCRFStreamingNumba",
     "SemiCRFStreamingTriton",
     "ViterbiResult",
     "labels_to_segments",
+    "numba_available",
     "segments_to_labels",
     "semi_crf_streaming_backward_pytorch",
     "semi_crf_streaming_forward",

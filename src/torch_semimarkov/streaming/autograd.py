@@ -1,8 +1,10 @@
-"""Public streaming API: dispatch between the PyTorch and Triton paths, and the autograd Functions.
+"""Public streaming API: dispatch between the Triton, compiled CPU (numba) and PyTorch paths, and
+the autograd Functions.
 
-The Triton kernels are used when the tensors are on a CUDA device, Triton imports and
-``use_triton=True``; otherwise the PyTorch path runs (on any device). Both paths return the same
-quantities; the backward is hand-written (checkpointed recompute), never an autograd graph over T.
+``backend="auto"`` (the default, :mod:`.backends`) runs the Triton kernels on CUDA tensors when
+Triton imports and ``use_triton=True``, the compiled CPU engine on CPU tensors when numba imports,
+and the PyTorch path otherwise (on any device). All paths return the same quantities; the backward
+is hand-written, never an autograd graph over T.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .pytorch_reference import (
     semi_crf_streaming_forward_pytorch,
     semi_crf_streaming_viterbi_pytorch,
 )
+from .backends import numba_engine, resolve_backend
 from .segments import Segment, segments_from_boundaries
 from .validation import StreamingInputs, validate_streaming_inputs
 
@@ -53,8 +56,9 @@ def triton_available() -> bool:
     return bool(_triton_launchers())
 
 
-def _can_use_triton(inp: StreamingInputs, use_triton: bool) -> bool:
-    return bool(use_triton) and inp.cum_scores.is_cuda and triton_available()
+def _backend_for(inp: StreamingInputs, use_triton: bool, backend: str) -> str:
+    """``"triton"``, ``"numba"`` or ``"torch"`` for these inputs (ValueError for an unusable request)."""
+    return resolve_backend(backend, use_triton, inp.cum_scores.is_cuda, triton_available)
 
 
 def _debug() -> bool:
@@ -114,6 +118,10 @@ class _StreamingFunction(torch.autograd.Function):
     backend = "PyTorch"
 
     @staticmethod
+    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
+        return _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+
+    @staticmethod
     def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
         raise NotImplementedError
 
@@ -138,7 +146,7 @@ class _StreamingFunction(torch.autograd.Function):
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, *state = ctx.saved_tensors
         p_start, p_end, g_tr, g_db = cls._backward_impl(
             cum_scores, transition, duration_bias, lengths, ctx.K, proj_start, proj_end, partition, state, ctx.extra)
-        grads = _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+        grads = cls._scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
         if _debug():
             names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
             _check_finite("CRF backward", cls.backend, **dict(zip(names, grads)))
@@ -197,6 +205,35 @@ class SemiCRFStreamingTriton(_StreamingFunction):
                                       plan=plan, state=launch.ForwardState(*state))
 
 
+class SemiCRFStreamingNumba(_StreamingFunction):
+    """Autograd Function for log Z on the compiled CPU engine (numba, CPU tensors)."""
+
+    backend = "numba"
+
+    @staticmethod
+    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
+        return numba_engine().scale_gradients(
+            ctx.saved_tensors[0], ctx.needs_input_grad, grad_output, p_start, p_end, g_tr, g_db
+        )
+
+    @staticmethod
+    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
+        partition, ring, interval, norms = numba_engine().semi_crf_streaming_forward_numba(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
+        )
+        return partition, (ring, norms), interval
+
+    @staticmethod
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval):
+        ring, norms = state
+        return numba_engine().semi_crf_streaming_backward_numba(
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
+        )
+
+
+_FUNCTIONS = {"triton": SemiCRFStreamingTriton, "numba": SemiCRFStreamingNumba, "torch": SemiCRFStreaming}
+
+
 def _check_num_warps(num_warps) -> None:
     if num_warps is None:
         return
@@ -204,8 +241,8 @@ def _check_num_warps(num_warps) -> None:
         raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
 
 
-def _function_for(inp: StreamingInputs, use_triton: bool):
-    return SemiCRFStreamingTriton if _can_use_triton(inp, use_triton) else SemiCRFStreaming
+def _function_for(inp: StreamingInputs, use_triton: bool, backend: str = "auto"):
+    return _FUNCTIONS[_backend_for(inp, use_triton, backend)]
 
 
 def semi_crf_streaming_forward(
@@ -221,6 +258,7 @@ def semi_crf_streaming_forward(
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
 
@@ -239,13 +277,17 @@ def semi_crf_streaming_forward(
             differentiable (the gradient of the max is the indicator of the best segmentation).
         proj_start, proj_end: optional (B, T, C) scores added to a segment starting (resp. having
             its last position) at a position.
-        use_triton: use the Triton kernels when the tensors are on CUDA.
+        use_triton: use the Triton kernels when the tensors are on CUDA (False keeps
+            ``backend="auto"`` off Triton).
         num_warps: Triton warps per program; None (default) picks them from the problem size
             (measured best per ring size on an H200); an int forces that many.
         checkpoint_interval: positions between forward checkpoints (default ``max(K, sqrt(T·K))``).
         time_parallel: GPU engine: ``None`` (default) runs the recurrences parallel over time
             (chunks with fix-up, exact) when the batch alone cannot fill the GPU and the sequences
             are long, ``False`` one program per sequence, ``True`` parallel whenever available.
+        backend: ``"auto"`` (default: Triton for CUDA tensors, the compiled CPU engine for CPU
+            tensors when numba is installed, else the PyTorch path), ``"triton"``, ``"numba"`` or
+            ``"torch"``; naming one that cannot run here raises ``ValueError``.
 
     Returns:
         (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``;
@@ -269,23 +311,27 @@ def semi_crf_streaming_forward(
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
+    name = _backend_for(inp, use_triton, backend)
     if not needs_grad:
-        return _score_no_grad(inp, semiring, use_triton, options)
+        return _score_no_grad(inp, semiring, name, options)
     if semiring == "max":
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
-            (use_triton, options),
+            (use_triton, options, name),
         )
-    fn = _function_for(inp, use_triton)
+    fn = _FUNCTIONS[name]
     return fn.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start,
                     inp.proj_end, options)
 
 
-def _score_no_grad(inp: StreamingInputs, semiring: str, use_triton: bool, options: EngineOptions):
+def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions):
     """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if backend == "numba":
+            score = numba_engine().semi_crf_streaming_forward_numba(
+                *args, options.checkpoint_interval, save_for_backward=False)[0]
+        elif backend == "triton":
             launch = _triton_launchers()
             plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, semiring, options.num_warps,
                                    options.time_parallel, options.checkpoint_interval)
@@ -308,11 +354,11 @@ class _ViterbiScore(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend_args):
-        use_triton, options = backend_args
+        use_triton, options, backend = backend_args
         inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         result = semi_crf_streaming_viterbi(
             cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, options.num_warps,
-            time_parallel=options.time_parallel, _validated=inp,
+            time_parallel=options.time_parallel, backend=backend, _validated=inp,
         )
         ctx.save_for_backward(cum_scores, transition, lengths, result.labels)
         ctx.segments, ctx.K = result.segments, K
@@ -394,6 +440,7 @@ def semi_crf_streaming_viterbi(
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
+    backend: str = "auto",
     *,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
@@ -426,12 +473,15 @@ def semi_crf_streaming_viterbi(
     args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K,
             None if inp.proj_start is None else inp.proj_start.detach(),
             None if inp.proj_end is None else inp.proj_end.detach())
+    name = _backend_for(inp, use_triton, backend)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if name == "triton":
             launch = _triton_launchers()
             plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "max", num_warps, time_parallel)
             scores, labels, starts = launch.launch_viterbi(*args, plan=plan)
             scores = scores.to(inp.cum_scores.dtype)
+        elif name == "numba":
+            scores, labels, starts = numba_engine().semi_crf_streaming_viterbi_numba(*args)
         else:
             scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
     # one device-to-host transfer for labels, segment starts and lengths
@@ -476,6 +526,7 @@ def semi_crf_streaming_marginals(
     num_warps: Optional[int] = None,
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
+    backend: str = "auto",
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
 
@@ -499,8 +550,11 @@ def semi_crf_streaming_marginals(
     args = [inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K]
     ps = None if inp.proj_start is None else inp.proj_start.detach()
     pe = None if inp.proj_end is None else inp.proj_end.detach()
+    name = _backend_for(inp, use_triton, backend)
     with torch.no_grad():
-        if _can_use_triton(inp, use_triton):
+        if name == "numba":
+            return MarginalsResult(*numba_engine().semi_crf_streaming_marginals_numba(*args, ps, pe, checkpoint_interval))
+        if name == "triton":
             launch = _triton_launchers()
             plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "log", num_warps, time_parallel,
                                    checkpoint_interval)

@@ -6,6 +6,7 @@ segmentation of a sequence of length L is a list of segments in order that tiles
 
 from __future__ import annotations
 
+import itertools
 from typing import List, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -35,7 +36,11 @@ def segments_from_boundaries(labels: np.ndarray, starts: np.ndarray, length: int
     begin = np.flatnonzero(starts[:length])
     end = np.append(begin[1:], length)
     lab = labels[begin]
-    return [Segment(int(s), int(e), int(c)) for s, e, c in zip(begin, end, lab)]
+    # built in C (tuple.__new__ skips the named tuple's Python-level __new__) from Python ints
+    # (tolist): a sequence of 10^6 positions can have ~10^5 segments, and a per-segment Python
+    # call would cost more than decoding
+    rows = zip(begin.tolist(), end.tolist(), lab.tolist())
+    return list(map(tuple.__new__, itertools.repeat(Segment, len(begin)), rows))
 
 
 def labels_to_segments(labels: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> List[List[Segment]]:

@@ -12,6 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
 from .constants import IMPOSSIBLE, MAX_ABS_SCORE, NEG_INF
@@ -107,11 +108,18 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
     ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
     minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
     """
-    # one aminmax per tensor and one stack (which promotes to a common dtype): few small launches
-    scalars = [m for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
-    # lengths in float64 first, so the stack promotes to float64 (exact for lengths up to 2^53)
-    scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
-    values = torch.stack(scalars).tolist()
+    if lengths.device.type == "cpu":
+        # NumPy on the calling thread: torch would split each reduction over its intra-op
+        # threads, which on a busy machine can cost milliseconds per call (np.min/max keep NaN)
+        arrays = [t.detach().numpy() for _, t, _ in floats if t.numel()]
+        arrays.append(lengths.detach().numpy())
+        values = [float(f(a)) for a in arrays for f in (np.min, np.max)]
+    else:
+        # one aminmax per tensor and one stack (which promotes to a common dtype): few small launches
+        scalars = [m for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
+        # lengths in float64 first, so the stack promotes to float64 (exact for lengths up to 2^53)
+        scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
+        values = torch.stack(scalars).tolist()
     lo, hi = int(values[-2]), int(values[-1])
     i = 0
     for name, t, allow_neg_inf in floats:
