@@ -55,11 +55,12 @@ def make_inputs(B, T, K, C, seed=0, model="random"):
     cum = torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0))
     tr = 0.1 * torch.randn(C, C, device="cuda", generator=g)
     db = 0.1 * torch.randn(K, C, device="cuda", generator=g)
-    if model == "cyclic":  # only c -> c+1, long segments preferred
+    if model in ("cyclic", "cyclic-strong"):  # only c -> c+1, long segments preferred
         tr = torch.full((C, C), -math.inf, device="cuda")
         idx = torch.arange(C, device="cuda")
         tr[idx, (idx + 1) % C] = 0.0
-        db = (torch.arange(1, K + 1, device="cuda", dtype=torch.float32)[:, None] * 0.05).expand(K, C).contiguous()
+        slope = 0.5 if model == "cyclic-strong" else 0.05
+        db = (torch.arange(1, K + 1, device="cuda", dtype=torch.float32)[:, None] * slope).expand(K, C).contiguous()
     elif model == "frame":  # label 0 in multiples of 3; 0 -> 1 -> 2 -> 0 and 0 -> 0
         tr = torch.full((C, C), -math.inf, device="cuda")
         tr[0, 1] = tr[1, 2] = tr[2, 0] = tr[0, 0] = 0.0
@@ -189,7 +190,7 @@ def main():
     ap.add_argument("--no-1e8", action="store_true")
     ap.add_argument("--only", default=None, help="comma-separated sections")
     opts = ap.parse_args()
-    sections = set((opts.only or "rate,configs,stats,adversarial,training,sweep,1e8").split(","))
+    sections = set((opts.only or "rate,configs,stats,adversarial,worst,training,sweep,1e8").split(","))
     # the default plan's chunk length unless a "tune" section overrides it
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit, "configs": []}
@@ -252,6 +253,21 @@ def main():
             row["fixup"] = fixup_stats(B, T, K, C, model=model)
             print(f"  adversarial {row}", flush=True)
             res["adversarial"].append(row)
+    if "worst" in sections:
+        # a model that never forgets its start within a chunk: the cyclic grammar with strongly
+        # preferred long segments, C = 24, and chunks of 2K (far shorter than its ~1000 positions of
+        # convergence), so every fix-up fails and the repair runs the sequence sequentially
+        from torch_semimarkov.streaming.kernels import plan as plan_mod
+
+        B, T, K, C = 1, 1_000_000, 64, 24
+        row = {"model": "cyclic, duration bias 0.5 k, chunks of 2K", "B": B, "T": T, "K": K, "C": C}
+        plan_mod.CHUNK_OVERRIDE = 2 * K
+        for name, flag in (("sequential", False), ("parallel", True)):
+            row[name] = time_engine(B, T, K, C, flag, model="cyclic-strong", runs=2)
+        row["fixup"] = fixup_stats(B, T, K, C, model="cyclic-strong")
+        plan_mod.CHUNK_OVERRIDE = None
+        print(f"  worst case {row}", flush=True)
+        res["worst"] = row
     if "training" in sections and not opts.quick:
         res["training"] = {name: training_step(flag) for name, flag in (("sequential", False), ("parallel", None))}
         print(f"  training step {res['training']}", flush=True)
