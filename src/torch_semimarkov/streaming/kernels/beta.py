@@ -439,6 +439,218 @@ if HAS_TRITON:
                 tl.store(lzb_ptr + b, tl.load(f_b) + G_t + (mz + log_(tl.sum(tl.exp(z0 - mz), 0))).to(tl.float64))
 
     @triton.jit
+    def dur_beta_step(s, b0, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc, m2c,
+                      C_PAD: tl.constexpr, HAS_PS: tl.constexpr, RESTORE: tl.constexpr):
+        """One position of the direct beta recurrence of a (K, C, C) transition:
+
+            beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
+
+        over k <= min(K, L - s). Reads Y_hat_t (t = s+1 .. s+K) from row t of ``x_b`` / ``g_b`` or,
+        with RESTORE, for t > b0 from row t - b0 of a saved state ``st32`` / ``st64`` (beta_hat_b0,
+        then the Y rows of positions b0+1 .. b0+K-1, and their frames; a chunk's successor's end),
+        so a run never reads rows another program may be writing.
+
+        ``G`` is the frame of Y_hat_{s+1}. Returns ``(beta_hat_s, G_s)`` normalised by its maximum.
+        """
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        base = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        k_lim = tl.minimum(L - s, K)
+        run_m = tl.full([C_PAD], MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        for k in range(1, k_lim + 1):
+            t = s + k
+            if RESTORE:
+                own = t <= b0
+                jc = tl.where(own, 0, t - b0)
+                # both addresses are valid (jc = 0 for own rows): load both, select
+                xv = tl.where(own, tl.load(x_b + t * C + oc, mask=mc, other=MASK),
+                              tl.load(st32 + jc * C + oc, mask=mc, other=MASK))
+                gt = tl.where(own, tl.load(g_b + t), tl.load(st64 + jc))
+            else:
+                xv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+                gt = tl.load(g_b + t)
+            dk = (gt - G).to(tl.float32)
+            dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+            col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+            y = trk.to(tl.float32) + col[None, :]
+            nm = tl.maximum(run_m, tl.max(y, 1))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
+            run_m = nm
+        bs = tl.where(mc, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), MASK)
+        m = possible_shift(tl.max(bs, 0))
+        beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
+        G = G + m.to(tl.float64)
+        return beta, G
+
+    @triton.jit
+    def _dur_save_end(e32, e64, a, b, beta, G, x_b, g_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):
+        """End state of a run over b-1 .. a that started from ``st32`` / ``st64``: beta_hat_a (the
+        run's register row), the Y rows of positions a+1 .. a+K-1 (its own rows up to b, then the
+        start state's) and their frames."""
+        tl.store(e32 + oc, beta, mask=mc)
+        tl.store(e64 + oc * 0, tl.zeros([C_PAD], tl.float64) + G, mask=oc == 0)
+        for i in range(1, K):
+            p = a + i
+            own = p <= b
+            jc = tl.where(own, 0, p - b)
+            po = tl.where(own, p, 0)
+            row = tl.where(own, tl.load(x_b + po * C + oc, mask=mc, other=MASK),
+                           tl.load(st32 + jc * C + oc, mask=mc, other=MASK))
+            fr = tl.where(own, tl.load(g_b + po), tl.load(st64 + jc))
+            tl.store(e32 + i * C + oc, row, mask=mc)
+            tl.store(e64 + i + oc * 0, tl.zeros([C_PAD], tl.float64) + fr, mask=oc == 0)
+
+    @triton.jit
+    def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                       oc, mc, m2c, oj, TOL,
+                       C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                       COMPARE: tl.constexpr):
+        """Run s = b-1 down to a of the direct beta recurrence (:func:`dur_beta_step`) from the
+        state at b, storing Y rows b .. a+1 (see the forward's ``_dur_run_chunk``); rows past b are
+        read from the state only. Returns ``(beta_hat_a, G, converged, delta, steps, t_low)``: this
+        run wrote rows t_low .. b."""
+        lim = tl.where(live, C, 0)
+        lim1 = tl.where(live, 1, 0)
+        beta = tl.load(st32 + oc, mask=oc < lim, other=MASK)
+        G = tl.sum(tl.load(st64 + oc * 0, mask=oc < lim1, other=0.0), 0)
+        # offset interval of each row of the window; rows not yet recomputed fit no offset
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        s = b - 1
+        while (s >= a) & (conv == 0):
+            t = s + 1
+            # Y_t = pe_{t-1} + beta_t, frame G_t
+            y = beta
+            if HAS_PE:
+                y += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            y = tl.where(mc, y, MASK)
+            if COMPARE:
+                y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+                g_ref = tl.sum(tl.load(g_b + t + oc * 0, mask=oc == 0, other=0.0), 0)
+                # the stored row is read before this program overwrites it
+                tl.debug_barrier()
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t + oc * 0, tl.zeros([C_PAD], tl.float64) + G, mask=oc == 0)
+            if COMPARE:
+                lo, hi = row_offset_bounds(y, y_ref, G - g_ref, mc, TOL)
+                t32 = tl.cast(t, tl.int32)
+                inwin = ((oj - t32) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            # the step reads this row from other threads
+            tl.debug_barrier()
+            beta, G = dur_beta_step(s, b, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
+                                    m2c, C_PAD, HAS_PS, True)
+            s -= 1
+        return beta, G, conv, delta, b - 1 - s, s + 2
+
+    @triton.jit
+    def _beta_dur_chunks_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat rows
+        g_ptr,  # (B, T+1) float64 out: frame of Y row t
+        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence ends here" (row 0 = 0, the others impossible)
+        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j+1's
+        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
+        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+    ):
+        """The time-parallel beta recurrence of a (K, C, C) transition: ``_beta_reg_chunks_kernel``'s
+        phases with a state of beta_hat and K-1 Y rows in memory."""
+        b_id = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        oj = tl.arange(0, K_PAD)
+        E32 = K * C
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        x_b = x_ptr + b_id * s_x_b
+        g_b = g_ptr + b_id * s_g_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        n_b = (L + W - 1) // W  # chunks of this sequence
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            # "the sequence ends here": beta = 0, no segment crosses b (the last chunk: the truth)
+            beta, G, conv, delta, steps, t_low = _dur_run_chunk(
+                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, False)
+            if live:
+                e = row + j
+                _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, i32, i64, K, C, oc, mc, C_PAD)
+        else:
+            j0 = n_b - 2
+            j1 = -1
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 - 1
+            clean_prev = tl.full([], 1, tl.int32)
+            for jj in range(0, j0 - j1):
+                j = j0 - jj
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 0) & (j < n_b - 1)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j + 1)
+                    e = (sp - 1) * half + row + j + 1
+                    s32 = e32 + e * E32
+                    s64 = e64 + e * K
+                    beta, G, conv, delta, steps, t_low = _dur_run_chunk(
+                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                        oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, True)
+                    if conv != 0:
+                        _fix_suffix_frames(g_b, t_low, b, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, s32, s64, K, C, oc, mc,
+                                      C_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if live:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()
+
+    @triton.jit
     def _beta_duration_tr_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (K, C, C)
@@ -446,12 +658,8 @@ if HAS_TRITON:
         len_ptr,  # (B,)
         ps_ptr,  # (B, T, C)
         pe_ptr,  # (B, T, C)
-        lz_ptr,  # (B,) float64
-        a_ptr,  # (B, T+1, C) alpha_hat
-        f_ptr,  # (B, T+1) float64
         x_ptr,  # (B, T+1, C) out: Y_hat = pe_{t-1} + beta_hat_t
         g_ptr,  # (B, T+1) float64 out
-        pend_ptr,  # (B, T, C) out: P_end
         C,
         K,
         s_cum_b,
@@ -463,57 +671,33 @@ if HAS_TRITON:
         HAS_PE: tl.constexpr,
         IDX64: tl.constexpr = False,
     ):
+        """The direct beta recurrence (:func:`dur_beta_step`), one program per sequence from
+        s = L-1 down to 0."""
         b = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b)
         if not IDX64:
             L = L.to(tl.int32)
-        lz = tl.load(lz_ptr + b)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2c = mc[:, None] & mc[None, :]
         cum_b = cum_ptr + b * s_cum_b
         ps_b = ps_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
-        a_b = a_ptr + b * s_a_b
-        f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
-        pend_b = pend_ptr + b * s_p_b
         beta = tl.where(mc, 0.0, MASK)
         G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         for i in range(0, L):
             s = L - 1 - i
             t = s + 1
+            # Y_t = pe_{t-1} + beta_t, frame G_t
             xt = beta
             if HAS_PE:
                 xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             xt = tl.where(mc, xt, MASK)
             tl.store(x_b + t * C + oc, xt, mask=mc)
             tl.store(g_b + t, G)
-            ft = tl.load(f_b + t)
-            pend = tl.exp(tl.load(a_b + t * C + oc, mask=mc, other=MASK) + beta + (ft + G - lz).to(tl.float32))
-            tl.store(pend_b + s * C + oc, pend, mask=mc)
+            # the step reads this row from other threads
             tl.debug_barrier()
-
-            # beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-            base = tl.zeros([C_PAD], dtype=tl.float32)
-            if HAS_PS:
-                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            k_lim = tl.minimum(L - s, K)
-            run_m = tl.full([C_PAD], MASK, tl.float32)
-            run_s = tl.zeros([C_PAD], dtype=tl.float32)
-            for k in range(1, k_lim + 1):
-                xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
-                dk = (tl.load(g_b + s + k) - G).to(tl.float32)
-                dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
-                col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
-                y = trk.to(tl.float32) + col[None, :]
-                nm = tl.maximum(run_m, tl.max(y, 1))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
-                run_m = nm
-            bs = tl.where(mc, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), MASK)
-            m = possible_shift(tl.max(bs, 0))
-            beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
-            G = G + m.to(tl.float64)
+            beta, G = dur_beta_step(s, L, L, G, x_b, g_b, x_b, g_b, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc, m2c,
+                                    C_PAD, HAS_PS, False)

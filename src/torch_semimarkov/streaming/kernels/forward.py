@@ -49,7 +49,7 @@ from .common import HAS_TRITON, REBASE, tl, triton  # noqa: F401
 
 if HAS_TRITON:
     from .common import MASK_K as MASK
-    from .common import log_, lse_rows, possible_shift, row_offset_bounds, window_offset
+    from .common import log_, lse_rows, possible_shift, row_offset_bounds, scalar_f64, window_offset
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -725,6 +725,267 @@ if HAS_TRITON:
             tl.store(out_ptr + b, F + lz.to(tl.float64))
 
     @triton.jit
+    def dur_step(t, t0, F, a_b, f_b, ck_b, ckf_b, R, cum_b, ps_b, pe_b, tr_ptr, db_ptr, C, K, oc, mc, m2,
+                 C_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                 RESTORE: tl.constexpr):
+        """One position of the direct recurrence of a (K, C, C) transition:
+
+            alpha_t(c) = pe_{t-1}(c) + LSE_{k, c'} alpha_{t-k}(c') + Tr[k-1, c', c] + D[k-1, c]
+                         + S_t(c) - S_{t-k}(c) + ps_{t-k}(c)
+
+        Reads alpha_hat_s (s = t-1 .. t-K) from row s % R of ``a_b`` / ``f_b`` or, with RESTORE,
+        for s <= t0 from row s - t0 + K - 1 of a saved state ``ck_b`` / ``ckf_b`` (the K rows of
+        positions t0-K+1 .. t0 and their frames; a checkpoint, or a chunk's predecessor's end), so
+        a run that starts at t0 never reads rows another program may be writing.
+
+        ``F`` is the frame of alpha_hat_{t-1}. Returns ``(alpha_hat_t, F_t, k, c')``: the new row,
+        normalised by its maximum, and (IS_MAX) the argmax duration and source label, the
+        lexicographically smallest (k, c') on ties.
+        """
+        s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
+        k_lim = tl.minimum(t, K)
+        run_m = tl.full([C_PAD], MASK, tl.float32)
+        run_k = tl.zeros([C_PAD], dtype=tl.int32)
+        run_c = tl.zeros([C_PAD], dtype=tl.int32)
+        if IS_MAX:
+            run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        for k in range(1, k_lim + 1):
+            s = t - k
+            row = s % R
+            # shape: (C_PAD src,) alpha_hat_s in the current frame
+            if RESTORE:
+                own = s > t0
+                jc = tl.where(own, 0, s - t0 + K - 1)
+                # both addresses are valid (jc = 0 for own rows): load both, select
+                av_row = tl.where(own, tl.load(a_b + row * C + oc, mask=mc, other=MASK),
+                                  tl.load(ck_b + jc * C + oc, mask=mc, other=MASK))
+                av_f = tl.where(own, tl.load(f_b + row), tl.load(ckf_b + jc))
+                av = av_row + (av_f - F).to(tl.float32)
+            else:
+                av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
+            base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
+            x = av[:, None] + trk.to(tl.float32) + base[None, :]
+            bm = tl.max(x, 0)
+            if IS_MAX:
+                ba = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
+                if s == 0:
+                    # the first segment keeps LSE_{c'} (phantom predecessor), as in log Z
+                    bm = lse_rows(x)
+                    ba = ba * 0
+                upd = bm > run_m
+                run_k = tl.where(upd, tl.cast(k, tl.int32), run_k)
+                run_c = tl.where(upd, ba, run_c)
+                run_m = tl.where(upd, bm, run_m)
+            else:
+                nm = tl.maximum(run_m, bm)
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[None, :]), 0)
+                run_m = nm
+        if IS_MAX:
+            lse = run_m
+        else:
+            lse = run_m + log_(tl.where(mc & (run_s > 0), run_s, 1.0))
+        at = lse
+        if HAS_PE:
+            at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+        at = tl.where(mc, at, MASK)
+        m = possible_shift(tl.max(at, 0))
+        alpha = tl.where(mc, tl.maximum(at - m, MASK), MASK)
+        F = F + m.to(tl.float64)
+        return alpha, F, run_k, run_c
+
+    @triton.jit
+    def _dur_row(a_b, f_b, st32, st64, p, a, K, C, oc, mc):
+        """alpha_hat row p and its frame for a run that started at a: its own row (p > a) or row
+        p - a + K - 1 of its start state (both addresses valid: load both, select)."""
+        own = p > a
+        jc = tl.where(own, 0, p - a + K - 1)
+        po = tl.where(own, p, 0)
+        row = tl.where(own, tl.load(a_b + po * C + oc, mask=mc, other=MASK), tl.load(st32 + jc * C + oc, mask=mc, other=MASK))
+        fr = tl.where(own, tl.load(f_b + po), tl.load(st64 + jc))
+        return row, fr
+
+    @triton.jit
+    def _dur_save_end(e32, e64, a, b, alpha, F, a_b, f_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):
+        """End state of a run over a+1 .. b that started from ``st32`` / ``st64``: the K rows of
+        positions b-K+1 .. b (the last, alpha_hat_b, is the run's register row) and their frames."""
+        for i in range(0, K - 1):
+            row, fr = _dur_row(a_b, f_b, st32, st64, b - K + 1 + i, a, K, C, oc, mc)
+            tl.store(e32 + i * C + oc, row, mask=mc)
+            tl.store(e64 + i + oc * 0, tl.zeros([C_PAD], tl.float64) + fr, mask=oc == 0)
+        tl.store(e32 + (K - 1) * C + oc, alpha, mask=mc)
+        tl.store(e64 + K - 1 + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc == 0)
+
+    @triton.jit
+    def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
+                       oc, mc, m2, oj, TOL,
+                       C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
+                       HAS_PE: tl.constexpr, COMPARE: tl.constexpr):
+        """Run positions a+1 .. b of the direct recurrence (:func:`dur_step`) from the state at a
+        (``st32`` / ``st64``: the K rows of positions a-K+1 .. a), storing the rows the chunk owns:
+        a (the state's last row), a+1 .. b-1, and L (row b is the next chunk's row a; never written
+        here, so two programs never write one row). Rows before a are read from the state only.
+
+        COMPARE (fix-up): before overwriting row t, compare the new alpha_hat_t with the stored one;
+        stop once the last K rows (the whole state, and all that the backpointers' argmax depends
+        on) differ from the stored ones by one constant, to a few float32 ulps.
+        Returns ``(alpha_hat_b, F, converged, delta, steps, t_last)``: ``t_last`` is the last
+        position computed.
+        """
+        lim = tl.where(live, C, 0)
+        lim1 = tl.where(live, 1, 0)
+        alpha = tl.load(st32 + (K - 1) * C + oc, mask=oc < lim, other=MASK)
+        F = tl.sum(tl.load(st64 + K - 1 + oc * 0, mask=oc < lim1, other=0.0), 0)
+        tl.store(a_b + a * C + oc, alpha, mask=oc < lim)
+        tl.store(f_b + a + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc < lim1)
+        # offset interval of each row of the window; rows not yet recomputed fit no offset
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        t = a + 1
+        while (t <= b) & (conv == 0):
+            own = (t < b) | (t == L)
+            st_c = tl.where(own, C, 0)
+            st_1 = tl.where(own, 1, 0)
+            if COMPARE:
+                a_ref = tl.load(a_b + t * C + oc, mask=oc < st_c, other=MASK)
+                f_ref = tl.sum(tl.load(f_b + t + oc * 0, mask=oc < st_1, other=0.0), 0)
+                # the stored row is read before this program overwrites it
+                tl.debug_barrier()
+            alpha, F, bk, bc = dur_step(t, a, F, a_b, f_b, st32, st64, T1, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
+                                        C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, True)
+            if IS_MAX:
+                tl.store(bp_b + t * C + oc, bk * 65536 + bc, mask=mc)
+            tl.store(a_b + t * C + oc, alpha, mask=oc < st_c)
+            tl.store(f_b + t + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc < st_1)
+            if COMPARE:
+                lo, hi = row_offset_bounds(alpha, a_ref, F - f_ref, mc, TOL)
+                # row b belongs to the next chunk: nothing to compare it with
+                lo = tl.where(own, lo, 1e300)
+                hi = tl.where(own, hi, -1e300)
+                t32 = tl.cast(t, tl.int32)
+                inwin = ((t32 - oj) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            # the next step reads this row from other threads
+            tl.debug_barrier()
+            t += 1
+        return alpha, F, conv, delta, t - 1 - a, t - 1
+
+    @triton.jit
+    def _fwd_dur_chunks_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (K, C, C) transition [k-1, c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) int64 lengths
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        a_ptr,  # (B, T+1, C) float32: alpha_hat rows
+        f_ptr,  # (B, T+1) float64: frame of row t
+        bp_ptr,  # (B, T+1, C) int32: packed backpointers k * 65536 + c_prev (IS_MAX)
+        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence starts here" (row K-1 = 0, the others impossible)
+        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which of e*[0] / e*[1] ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j-1's
+        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
+        C, K, W, NCH, T1, s_cum_b, s_p_b, s_w_b, s_f_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        IS_MAX: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+    ):
+        """The time-parallel direct recurrence of a (K, C, C) transition: the spec / fix-up /
+        repair phases of ``_fwd_reg_chunks_kernel`` with a state of K alpha_hat rows in memory (the
+        rows the chunk wrote itself, and before its start its predecessor's saved end state)."""
+        b_id = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2 = mc[:, None] & mc[None, :]
+        oj = tl.arange(0, K_PAD)
+        E32 = K * C
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        a_b = a_ptr + b_id * s_w_b
+        f_b = f_ptr + b_id * s_f_b
+        bp_b = bp_ptr + b_id * s_w_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH  # (B, NCH) entries per end-state buffer
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            # "the sequence starts here": alpha = 0, no segment crosses a (chunk 0: the truth)
+            alpha, F, conv, delta, steps, t_last = _dur_run_chunk(
+                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False)
+            if live:
+                e = row + j
+                _dur_save_end(e32 + e * E32, e64 + e * K, a, b, alpha, F, a_b, f_b, i32, i64, K, C, oc, mc, C_PAD)
+        else:
+            j0 = 1
+            j1 = NCH
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 + 1
+            # repair: chunk j-1 is "clean" when its stored rows are exact up to its offset and end in
+            # its spec end state (the state chunk j's fix-up started from); chunk 0 always is
+            clean_prev = tl.full([], 1, tl.int32)
+            for j in range(j0, j1):
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 1) & (a < L)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    # phase 2: the predecessor's spec end state; repair: the end state of the
+                    # predecessor's stored rows (its spec end, or the end of an exact rerun)
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j - 1)
+                    e = (sp - 1) * half + row + j - 1
+                    s32 = e32 + e * E32
+                    s64 = e64 + e * K
+                    alpha, F, conv, delta, steps, t_last = _dur_run_chunk(
+                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
+                        oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True)
+                    if conv != 0:
+                        # rows a .. t_last (t_last < b, or t_last = L) move into the chunk's system
+                        _fix_prefix_frames(f_b, a, t_last + 1, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        # an exact rerun that did not converge: its rows are the stored ones now
+                        e = half + row + j
+                        _dur_save_end(e32 + e * E32, e64 + e * K, a, b, alpha, F, a_b, f_b, s32, s64, K, C, oc,
+                                      mc, C_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()
+
+    @triton.jit
     def _fwd_duration_tr_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (K, C, C) transition [k-1, c_src, c_dst]
@@ -813,63 +1074,11 @@ if HAS_TRITON:
                         if p >= 0:
                             tl.store(cks + j * C + oc, tl.load(a_b + (p % R) * C + oc, mask=mc, other=MASK), mask=mc)
                             tl.store(ckfs + j, tl.load(f_b + p % R))
-            s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
-            k_lim = tl.minimum(t, K)
-            run_m = tl.full([C_PAD], MASK, tl.float32)
+            alpha, F, run_k, run_c = dur_step(t, t0, F, a_b, f_b, ck_b, ckf_b, R, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
+                                              C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, RESTORE)
             if IS_MAX:
-                run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
-                run_k = tl.zeros([C_PAD], dtype=tl.int32)
-                run_c = tl.zeros([C_PAD], dtype=tl.int32)
-            run_s = tl.zeros([C_PAD], dtype=tl.float32)
-            for k in range(1, k_lim + 1):
-                s = t - k
-                row = s % R
-                # shape: (C_PAD src,) alpha_hat_s in the current frame
-                if RESTORE:
-                    # positions before t0 come from the checkpoint (row j = position - t0 + K - 1)
-                    own = s > t0
-                    jc = tl.where(own, 0, s - t0 + K - 1)
-                    # both addresses are valid (jc = 0 for own rows): load both, select
-                    av_row = tl.where(own, tl.load(a_b + row * C + oc, mask=mc, other=MASK),
-                                      tl.load(ck_b + jc * C + oc, mask=mc, other=MASK))
-                    av_f = tl.where(own, tl.load(f_b + row), tl.load(ckf_b + jc))
-                    av = av_row + (av_f - F).to(tl.float32)
-                else:
-                    av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
-                base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-                base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
-                if HAS_PS:
-                    base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
-                x = av[:, None] + trk.to(tl.float32) + base[None, :]
-                bm = tl.max(x, 0)
-                if IS_MAX:
-                    ba = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
-                    if s == 0:
-                        # the first segment keeps LSE_{c'} (phantom predecessor), as in log Z
-                        bm = lse_rows(x)
-                        ba = ba * 0
-                    upd = bm > run_m
-                    run_k = tl.where(upd, tl.cast(k, tl.int32), run_k)
-                    run_c = tl.where(upd, ba, run_c)
-                    run_m = tl.where(upd, bm, run_m)
-                else:
-                    nm = tl.maximum(run_m, bm)
-                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[None, :]), 0)
-                    run_m = nm
-            if IS_MAX:
-                lse = run_m
                 tl.store(bpk_b + t * C + oc, run_k, mask=mc)
                 tl.store(bpc_b + t * C + oc, run_c, mask=mc)
-            else:
-                lse = run_m + log_(tl.where(mc & (run_s > 0), run_s, 1.0))
-            at = lse
-            if HAS_PE:
-                at += tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
-            at = tl.where(mc, at, MASK)
-            m = possible_shift(tl.max(at, 0))
-            alpha = tl.where(mc, tl.maximum(at - m, MASK), MASK)
-            F = F + m.to(tl.float64)
             row_t = t % R
             tl.store(a_b + row_t * C + oc, alpha, mask=mc)
             tl.store(f_b + row_t, F)

@@ -186,7 +186,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         sequence with no allowed segmentation, are 0.
     """
     from .beta import _beta_duration_tr_kernel, _beta_factored_kernel, _beta_factored_reg_kernel
-    from .marginals import _anchor_kernel, _shared_duration_tr_kernel, _shared_factored_kernel, chunking
+    from .marginals import (_anchor_duration_tr_kernel, _anchor_kernel, _shared_duration_tr_kernel,
+                            _shared_factored_kernel, chunking)
 
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
@@ -208,10 +209,9 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     # would bias every marginal
     rows = torch.arange(B, device=dev)
     lz = frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1)
-    # an infeasible sequence (no allowed segmentation) has no marginals: normalise it by 0, so that
-    # every value is exp(IMPOSSIBLE) = 0, and zero it explicitly at the end
+    # an infeasible sequence (no allowed segmentation) has no marginals: its anchors are 0, so that
+    # every value is exp(IMPOSSIBLE) = 0, and it is zeroed explicitly at the end
     ok = feasible(lz)
-    lz = torch.where(ok, lz, torch.zeros_like(lz)).contiguous()
     p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     ps = proj_start if proj_start is not None else cum_scores
@@ -225,47 +225,47 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     else:
         x_hat = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         g = torch.empty((B, T1), device=dev, dtype=torch.float64)
-        lzb = torch.empty((B,), device=dev, dtype=torch.float64)
-        beta = dict(**inputs, ps_ptr=ps, pe_ptr=pe, f_ptr=frames, x_ptr=x_hat, g_ptr=g, s_p_b=T * C, s_a_b=T1 * C,
-                    s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+        beta = dict(**inputs, ps_ptr=ps, pe_ptr=pe, x_ptr=x_hat, g_ptr=g, s_p_b=T * C, s_a_b=T1 * C, s_f_b=T1,
+                    C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                     num_warps=plan.num_warps, IDX64=plan.idx64)
-        if plan.kind == "reg":
-            _beta_factored_reg_kernel[(B,)](**beta, w_ptr=w_hat, lzb_ptr=lzb, K_PAD=plan.k_pad, REBASE=REBASE)
-        elif plan.kind == "mem":
-            _beta_factored_kernel[(B,)](**beta, w_ptr=w_hat, lzb_ptr=lzb, K_BLOCK=plan.k_block)
+        if dur_tr:
+            _beta_duration_tr_kernel[(B,)](**beta)
         else:
-            _beta_duration_tr_kernel[(B,)](**beta, lz_ptr=lz, a_ptr=alpha_hat, pend_ptr=p_end)
+            lzb = torch.empty((B,), device=dev, dtype=torch.float64)
+            if plan.kind == "reg":
+                _beta_factored_reg_kernel[(B,)](**beta, w_ptr=w_hat, f_ptr=frames, lzb_ptr=lzb, K_PAD=plan.k_pad,
+                                                REBASE=REBASE)
+            else:
+                _beta_factored_kernel[(B,)](**beta, w_ptr=w_hat, f_ptr=frames, lzb_ptr=lzb, K_BLOCK=plan.k_block)
+    # log Z from the stored rows every A positions (exact there): each marginal is normalised by the
+    # value interpolated between its two anchors, so only the drift over A positions of the float32
+    # recurrences (and of the time-parallel engine's offsets) remains
+    A = plan.chunk if plan.time_parallel else min(max(T, 1), ANCHOR_EVERY)
+    n_anchor = -(-T // A) + 1
+    anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
+                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=4, IDX64=plan.idx64)
+    if dur_tr:
+        _anchor_duration_tr_kernel[(B, n_anchor)](
+            **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
+            out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None)
+    else:
+        _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
+                                      out_ptr=anchors, K_BLOCK=plan.k_block)
+    anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
+    marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
+                pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
+                s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64)
     if not dur_tr:
-        # log Z from the stored rows every A positions (exact there): each marginal is normalised
-        # by the value interpolated between its two anchors, so only the drift over A positions of
-        # the float32 recurrences (and of the time-parallel engine's offsets) remains
-        A = plan.chunk if plan.time_parallel else min(max(T, 1), ANCHOR_EVERY)
-        n_anchor = -(-T // A) + 1
-        anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
-        _anchor_kernel[(B, n_anchor)](
-            cum_ptr=cum_scores, db_ptr=duration_bias, len_ptr=lengths, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat,
-            g_ptr=g, out_ptr=anchors, C=C, K=K_eff, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1,
-            C_PAD=plan.c_pad, K_BLOCK=plan.k_block, num_warps=4, IDX64=plan.idx64,
-        )
-        anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-        _shared_factored_kernel[(B, nch)](
-            **inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat,
-            g_ptr=g, pst_ptr=p_start, pend_ptr=p_end, wtr_ptr=wtr, wdb_ptr=wdb, CH=ch, NCH=nch, A=A, NA=n_anchor,
-            s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C, C_PAD=plan.c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None,
-            num_warps=4, IDX64=plan.idx64,
-        )
+        _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block)
         # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
         g_tr = wtr.sum(1).double()
         g_db = wdb.sum(1).double()
     else:
         wtr = torch.zeros((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
-        _shared_duration_tr_kernel[(B, nch)](
-            **inputs, ps_ptr=ps, lz_ptr=lz, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, pst_ptr=p_start,
-            wtr_ptr=wtr, CH=ch, NCH=nch, s_p_b=T * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad,
-            HAS_PS=proj_start is not None, num_warps=4, IDX64=plan.idx64,
-        )
+        _shared_duration_tr_kernel[(B, nch)](**marg, ps_ptr=ps, wtr_ptr=wtr, HAS_PS=proj_start is not None)
         g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)
     for t in (p_start, p_end, g_tr, g_db):

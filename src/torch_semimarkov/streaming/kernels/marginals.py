@@ -199,37 +199,31 @@ if HAS_TRITON:
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
     @triton.jit
-    def _shared_duration_tr_kernel(
+    def _anchor_duration_tr_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (K, C, C)
         db_ptr,  # (K, C)
         len_ptr,  # (B,)
-        ps_ptr,  # (B, T, C)
-        lz_ptr,  # (B,) float64
-        a_ptr,  # (B, T+1, C) alpha_hat
-        f_ptr,  # (B, T+1) float64
-        x_ptr,  # (B, T+1, C) Y_hat
-        g_ptr,  # (B, T+1) float64
-        pst_ptr,  # (B, T, C) out: P_start
-        wtr_ptr,  # (B, NCH, K, C, C) float32 out, zero-initialised: P_seg summed over the chunk
-        C,
-        K,
-        CH,
-        NCH,
-        s_cum_b,
-        s_p_b,
-        s_a_b,
-        s_f_b,
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        a_ptr,  # (B, T+1, C) alpha_hat (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) Y_hat = pe_{t-1} + beta_hat_t (backward)
+        g_ptr,  # (B, T+1) float64 backward frames
+        out_ptr,  # (B, NA) float64 out: log Z at anchor j
+        C, K, A, NA, s_cum_b, s_p_b, s_a_b, s_f_b,
         C_PAD: tl.constexpr,
         HAS_PS: tl.constexpr,
         IDX64: tl.constexpr = False,
     ):
+        """``_anchor_kernel`` for a (K, C, C) transition: log Z at anchor p_j = min(j·A, L) is the
+        LSE over the segments (s, k, c) covering q = min(p_j, L-1) and the previous label c' of
+        alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
+        (alpha_0 = 0 gives the first segment its phantom term). Program (b, j): O(K²·C²)."""
         b = tl.program_id(0).to(tl.int64)
-        ch = tl.program_id(1)
+        j = tl.program_id(1)
         L = tl.load(len_ptr + b)
         if not IDX64:
             L = L.to(tl.int32)
-        lz = tl.load(lz_ptr + b)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2c = mc[:, None] & mc[None, :]
@@ -239,11 +233,102 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
+        q = tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1)
+        # frames differ from this reference by O(1) near q: float32 keeps their differences
+        ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
+        run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        for i in range(0, tl.minimum(K, q + 1)):
+            s = q - i
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            base = tl.zeros([C_PAD], dtype=tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            fs = tl.load(f_b + s)
+            for k in range(i + 1, tl.minimum(K, L - s) + 1):
+                e = s + k
+                col = base + tl.load(x_b + e * C + oc, mask=mc, other=MASK)
+                col += tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                col += (tl.load(cum_b + e * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+                col += (tl.load(g_b + e) + fs - ref).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+                z = tl.where(m2c, av[:, None] + trk.to(tl.float32) + col[None, :], 2 * MASK)
+                nm = tl.maximum(run_m, tl.max(z, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
+                run_m = nm
+        m = tl.max(run_m, 0)
+        total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
+        lz = m + log_(tl.where(total > 0, total, 1.0))
+        tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
+
+    @triton.jit
+    def _shared_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        anc_ptr,  # (B, NA) float64: log Z at the anchors p_j = min(j·A, L) (``_anchor_duration_tr_kernel``)
+        a_ptr,  # (B, T+1, C) alpha_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) Y_hat
+        g_ptr,  # (B, T+1) float64
+        pst_ptr,  # (B, T, C) out: P_start
+        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        wtr_ptr,  # (B, NCH, K, C, C) float32 out, zero-initialised: P_seg summed over the chunk
+        C,
+        K,
+        CH,
+        NCH,
+        A,
+        NA,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        """Every marginal of the positions s0 <= s < s1 of one sequence, for a (K, C, C)
+        transition: P(s, k, c', c) = exp(alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c]
+        + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z), summed into P_start and the (K, C, C)
+        workspace, and P_end; normalised by the anchored log Z as ``_shared_factored_kernel``."""
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        anc_b = anc_ptr + b * NA
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
         pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
         wtr_b = wtr_ptr + (b * NCH + ch) * K * C * C
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
+        # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
+        for last in range(s0, s1):
+            t = last + 1
+            lzt = anchor_log_z(anc_b, t, L, A)
+            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            if HAS_PE:
+                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
+            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
+            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
         for s in range(s0, s1):
+            lzs = anchor_log_z(anc_b, s, L, A)
             av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
             fs = tl.load(f_b + s)
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
@@ -253,7 +338,7 @@ if HAS_TRITON:
             pst = tl.zeros([C_PAD], dtype=tl.float32)
             for k in range(1, tl.minimum(L - s, K) + 1):
                 xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
-                dk = (tl.load(g_b + s + k) + fs - lz).to(tl.float32)
+                dk = (tl.load(g_b + s + k) + fs - lzs).to(tl.float32)
                 dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
                 col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)

@@ -73,37 +73,59 @@ def backward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch
     return frames + offset[:, idx]
 
 
+def _start_state(K, C, boundary, dev):
+    """The state "the sequence starts (forward) / ends (backward) here" of the (K, C, C) chunk
+    kernels: K rows of C values, row ``boundary`` 0 on every label and the others impossible, and
+    their frames (0). The first chunk's true start state and every speculative one."""
+    from .common import MASK
+
+    s32 = torch.full((K, C), MASK, device=dev, dtype=torch.float32)
+    s32[boundary] = 0.0
+    return s32, torch.zeros((K,), device=dev, dtype=torch.float64)
+
+
 def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                     plan: KernelPlan, tol: float = TOL):
-    """Every position's forward state by the chunked fix-up (register ring, (C, C) transition).
+    """Every position's forward state by the chunked fix-up: the register-ring kernel for a
+    (C, C) transition, the direct recurrence (state: the last K alpha rows) for a (K, C, C) one.
 
     Returns ``(saved, frames, bp, stats)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and
-    ``U_hat``, ``frames`` (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers
+    ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
+    (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
     (max semiring, else None) and :class:`ChunkStats`.
     """
-    from .forward import _fwd_reg_chunks_kernel
+    from .forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
     is_max = semiring == "max"
-    c_pad, k_pad, W, n = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks
-    saved = torch.empty((2, B, T1, C), device=dev, dtype=torch.float32)
+    dur = plan.kind == "dur"
+    c_pad, k_pad, W, n, K = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks, plan.K
+    saved = torch.empty((1 if dur else 2, B, T1, C), device=dev, dtype=torch.float32)
     frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
     bp = torch.empty((B, T1, C) if is_max else (1,), device=dev, dtype=torch.int32)
-    e32, e64, eb, status, src, delta, steps = _chunk_state(
-        B, n, k_pad * c_pad + c_pad, k_pad + 1, k_pad * c_pad if is_max else 0, dev)
+    if dur:
+        e32, e64, eb, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
+    else:
+        e32, e64, eb, status, src, delta, steps = _chunk_state(
+            B, n, k_pad * c_pad + c_pad, k_pad + 1, k_pad * c_pad if is_max else 0, dev)
     args = dict(
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
         ps_ptr=proj_start if proj_start is not None else cum_scores,
         pe_ptr=proj_end if proj_end is not None else cum_scores,
-        w_ptr=saved[1], a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64, eb=eb,
+        a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
         st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=plan.K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1, TOL=float(tol),
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1, TOL=float(tol),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
-                HAS_PE=proj_end is not None, REBASE=REBASE, num_warps=plan.num_warps, IDX64=plan.idx64)
-    redone = _three_phases(_fwd_reg_chunks_kernel, B, n, args, meta, steps)
+                HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
+    if dur:
+        i32, i64 = _start_state(K, C, K - 1, dev)
+        redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
+    else:
+        redone = _three_phases(_fwd_reg_chunks_kernel, B, n, dict(args, w_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
+                               steps)
     frames = forward_offsets(frames, delta, W)
     return saved, frames, (bp if is_max else None), ChunkStats(status.bool(), steps, redone)
 
@@ -111,29 +133,38 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
 def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
                  tol: float = TOL):
     """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
-    chunked fix-up of the beta recurrence (register ring, (C, C) transition).
+    chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
+    recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
 
     Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
     """
-    from .beta import _beta_reg_chunks_kernel
+    from .beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
 
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
-    c_pad, k_pad, W, n = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks
+    c_pad, k_pad, W, n, K = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks, plan.K
+    dur = plan.kind == "dur"
     x_hat = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
     g = torch.empty((B, T1), device=dev, dtype=torch.float64)
-    e32, e64, _, status, src, delta, steps = _chunk_state(B, n, k_pad * c_pad + 2 * c_pad, k_pad + 1, 0, dev)
+    if dur:
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
+    else:
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, n, k_pad * c_pad + 2 * c_pad, k_pad + 1, 0, dev)
     args = dict(
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
         ps_ptr=proj_start if proj_start is not None else cum_scores,
         pe_ptr=proj_end if proj_end is not None else cum_scores,
         x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=plan.K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=float(tol),
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=float(tol),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
-                REBASE=REBASE, num_warps=plan.num_warps, IDX64=plan.idx64)
-    redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, meta, steps)
+                num_warps=plan.num_warps, IDX64=plan.idx64)
+    if dur:
+        i32, i64 = _start_state(K, C, 0, dev)
+        redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
+    else:
+        redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 

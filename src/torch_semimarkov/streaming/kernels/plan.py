@@ -20,6 +20,14 @@ from .common import next_pow2
 #: Largest (K_PAD x C_PAD) ring held in registers, per warp count.
 REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 
+#: Largest K_PAD of the time-parallel (K, C, C) engine: its fix-up keeps one offset interval per
+#: row of the K-row state in registers (two float64 per row).
+DUR_PARALLEL_MAX_K = 1024
+
+#: Largest padded state (K_PAD x C_PAD) of the time-parallel (K, C, C) engine: the state (the last
+#: K alpha rows) lives in memory, but every chunk keeps two saved end states of K·C values.
+DUR_PARALLEL_ELEMENTS = 16384
+
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
 
@@ -68,8 +76,9 @@ class KernelPlan:
 
     @property
     def packed_backpointers(self) -> bool:
-        """The max-semiring kernels pack (k, c_prev) into one int32 per (t, c)."""
-        return self.kind == "reg"
+        """The max-semiring kernels pack (k, c_prev) into one int32 per (t, c) (the register-ring
+        kernels and every time-parallel one)."""
+        return self.kind == "reg" or self.time_parallel
 
 
 def tile_sizes(C: int, K_eff: int):
@@ -177,24 +186,30 @@ def make_plan(
     sms = _sms(device)
     W = chunk_length(B, T, K_eff, sms)
     n = max(1, -(-T // W))
-    # the time-parallel engine runs the register-ring kernel; several programs share a
-    # multiprocessor, so 4 warps unless the ring needs more
+    # the time-parallel engine runs the register-ring kernel for a (C, C) transition (several
+    # programs share a multiprocessor, so 4 warps unless the ring needs more) and the direct
+    # recurrence, its K-row state in memory, for a (K, C, C) one
     par_warps = num_warps
-    if par_warps is None:
-        par_warps = next((w for w in (4, 8, 16) if k_pad * c_pad <= REG_RING_ELEMENTS[w]), 16)
-    supported = (not duration_transitions) and use_register_ring(C, K_eff, par_warps, 1)
+    if duration_transitions:
+        par_warps = par_warps or 4
+        supported = k_pad <= DUR_PARALLEL_MAX_K and k_pad * c_pad <= DUR_PARALLEL_ELEMENTS
+        limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} and K_PAD x C_PAD <= {DUR_PARALLEL_ELEMENTS} for a (K, C, C) transition"
+    else:
+        if par_warps is None:
+            par_warps = next((w for w in (4, 8, 16) if k_pad * c_pad <= REG_RING_ELEMENTS[w]), 16)
+        supported = use_register_ring(C, K_eff, par_warps, 1)
+        limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
     else:
         if time_parallel and not supported:
             raise ValueError(
-                "time_parallel=True needs a (C, C) transition and a ring of at most "
-                f"{REG_RING_ELEMENTS[16]} padded elements (K x C, here {k_pad} x {c_pad}); pass time_parallel=None"
+                f"time_parallel=True needs {limit} (here {k_pad} x {c_pad}); pass time_parallel=None"
             )
         parallel = bool(time_parallel) and n >= 2
     if parallel:
-        kind, warps = "reg", par_warps
+        kind, warps = ("dur" if duration_transitions else "reg"), par_warps
     interval = resolve_interval(T, K_eff, checkpoint_interval)
     return KernelPlan(
         kind=kind,
