@@ -63,6 +63,8 @@ def plan_of(v, semiring, engine, **kw):
         pytest.skip(str(exc))
     if parallel and not p.time_parallel:
         pytest.skip("a single chunk: the time-parallel engine is the sequential one here")
+    if p.kind == "dur" and (plan_mod.FORCE_MEMORY_RING or plan_mod.K_BLOCK_OVERRIDE is not None):
+        pytest.skip("(K, C, C) transitions run the same kernels whatever the ring fixture says")
     return p
 
 
@@ -90,12 +92,15 @@ def run_viterbi(v, engine="sequential"):
                                  v.proj_end, plan=plan)
 
 
-def adversarial(kind: str, B: int, T: int, K: int, C: int, seed: int = 0, dtype=torch.float32):
+def adversarial(kind: str, B: int, T: int, K: int, C: int, seed: int = 0, dtype=torch.float32, kcc: bool = False):
     """Models the fix-up cannot rely on converging.
 
     * ``"cyclic"``: only c -> c+1 (mod C) is allowed and long segments are preferred;
     * ``"frame"``: a reading-frame grammar, label 0 only in multiples of 3, 0 -> 1 -> 2 -> 0 and
       0 -> 0, every other move -inf.
+
+    ``kcc``: a (K, C, C) transition, the same grammar for every duration with duration-dependent
+    scores on its allowed moves.
     """
     inp = make_inputs(B, T, K, C, lengths="ragged", proj="none", seed=seed, dtype=dtype, scale=0.3)
     tr = torch.full((C, C), -math.inf, dtype=dtype)
@@ -111,5 +116,8 @@ def adversarial(kind: str, B: int, T: int, K: int, C: int, seed: int = 0, dtype=
             if k % 3:
                 db[k - 1, 0] = -math.inf
         inp["duration_bias"] = db
+    if kcc:
+        k = torch.arange(1, K + 1, dtype=dtype)[:, None, None]
+        tr = torch.where(torch.isfinite(tr)[None], 0.1 * (k % 3), tr[None]).contiguous()
     inp["transition"] = tr
     return inp

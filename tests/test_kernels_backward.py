@@ -80,14 +80,16 @@ def test_forbidden_transitions_and_long_sequence_backward(ring, engine):
     assert bool(torch.isfinite(g_db).all())
 
 
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
-def test_parallel_backward_is_exact_on_models_that_never_converge(kind, monkeypatch):
+def test_parallel_backward_is_exact_on_models_that_never_converge(kind, kcc, monkeypatch):
     from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
-    inp = adversarial(kind, 2, 48, 6, 3)
+    inp = adversarial(kind, 2, 48 if not kcc else 36, 6 if not kcc else 4, 3, kcc=kcc)
     v = validated(inp)
     p = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=True)
+    assert p.kind == ("dur" if kcc else "reg")
     _, _, stats = parallel.beta_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths, None, None, p)
     assert not bool(stats.converged[:, :-1].all()), "the adversarial model should defeat some fix-ups"
     z, out = run_backward(v, "parallel")

@@ -37,18 +37,19 @@ def test_forbidden_transitions_and_long_sequence_stay_finite(ring, engine):
     assert_close(cpu(z), naive_semi_crf(**inp), atol=1e-4, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 @pytest.mark.parametrize("semiring", ["log", "max"])
-def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring, monkeypatch):
+def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring, kcc, monkeypatch):
     """Chunks that never converge within their length hand their true state on (repair): the
     result is the sequential kernel's, and every position's state too."""
     from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
-    inp = adversarial(kind, 2, 60, 6, 3)
+    inp = adversarial(kind, 2, 60 if not kcc else 36, 6 if not kcc else 4, 3, kcc=kcc)
     v = validated(inp, semiring)
     p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=True)
-    assert p.time_parallel and p.n_chunks == 5
+    assert p.time_parallel and p.n_chunks == (5 if not kcc else 3) and p.kind == ("dur" if kcc else "reg")
     saved, frames, _, stats = parallel.forward_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths,
                                                        semiring, None, None, p)
     seq = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=False)
@@ -72,22 +73,25 @@ def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring,
             assert_close(a1[real], a2[real], atol=1e-4, rtol=1e-6, msg=f"alpha of sequence {b}")
 
 
-def test_parallel_forward_is_deterministic(monkeypatch):
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_parallel_forward_is_deterministic(kcc, monkeypatch):
     from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
-    inp = make_inputs(3, 50, 4, 3, dtype=torch.float32, seed=9, lengths="ragged", proj="both")
+    inp = make_inputs(3, 50 if not kcc else 30, 4 if not kcc else 3, 3, dtype=torch.float32, seed=9,
+                      lengths="ragged", proj="both", duration_transitions=kcc)
     v = validated(inp)
     runs = [run_forward(v, "log", "parallel")[1] for _ in range(2)]
     for a, b in zip(runs[0], runs[1]):  # positions past a length are never written (NaN here)
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
-def test_fix_up_stats_report_convergence(monkeypatch):
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_fix_up_stats_report_convergence(kcc, monkeypatch):
     from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 16)
-    inp = make_inputs(1, 80, 3, 4, dtype=torch.float32, seed=10, scale=2.0)
+    inp = make_inputs(1, 80, 3, 4, dtype=torch.float32, seed=10, scale=2.0, duration_transitions=kcc)
     v = validated(inp)
     p = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=True)
     _, _, _, stats = parallel.forward_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths, "log", None,

@@ -29,8 +29,21 @@ def test_short_sequences_keep_one_program_per_sequence():
 def test_forcing_the_engine():
     assert not make_plan(1, 100_000, 64, 24, time_parallel=False).time_parallel
     assert make_plan(512, 10_000, 32, 8, time_parallel=True).time_parallel
-    with pytest.raises(ValueError, match="time_parallel=True needs a"):
-        make_plan(1, 100_000, 64, 24, duration_transitions=True, time_parallel=True)
+    p = make_plan(1, 100_000, 64, 24, duration_transitions=True, time_parallel=True)
+    assert p.time_parallel and p.kind == "dur"
+    with pytest.raises(ValueError, match="time_parallel=True needs K_PAD <= 1024"):
+        make_plan(1, 100_000, 2000, 8, duration_transitions=True, time_parallel=True)
+
+
+def test_duration_transitions_run_parallel_over_time_under_the_same_rule():
+    p = make_plan(1, 1_000_000, 32, 8, duration_transitions=True)
+    assert p.time_parallel and p.kind == "dur" and p.packed_backpointers
+    assert p.chunk >= 4 * 32 and 400 <= p.n_chunks <= 600
+    assert not make_plan(1024, 1000, 100, 24, duration_transitions=True).time_parallel  # the batch fills the GPU
+    assert not make_plan(8, 100, 32, 8, duration_transitions=True).time_parallel  # one chunk
+    # a state too large for the time-parallel engine (K_PAD x C_PAD > 16384) stays sequential
+    p = make_plan(1, 100_000, 500, 64, duration_transitions=True)
+    assert not p.time_parallel and p.kind == "dur" and not p.packed_backpointers
 
 
 def test_rings_too_large_for_registers_stay_sequential():

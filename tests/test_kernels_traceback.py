@@ -55,12 +55,13 @@ def test_viterbi_ties_break_to_smallest_index(engine, monkeypatch):
     assert cpu(starts)[0].tolist() == [True] * T
 
 
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
-def test_parallel_viterbi_equals_sequential_on_adversarial_models(kind, monkeypatch):
+def test_parallel_viterbi_equals_sequential_on_adversarial_models(kind, kcc, monkeypatch):
     from torch_semimarkov.streaming.kernels import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
-    inp = adversarial(kind, 3, 64, 6, 3, seed=4)
+    inp = adversarial(kind, 3, 64 if not kcc else 40, 6 if not kcc else 4, 3, seed=4, kcc=kcc)
     v = validated(inp, "max")
     seq = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
                                 plan=launch.plan_for(v.cum_scores, v.transition, v.K, "max", time_parallel=False))
