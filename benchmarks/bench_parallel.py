@@ -11,10 +11,12 @@ medians of CUDA-event timings after warm-up (a few runs for the slow sequential 
 records, per engine, how many positions the fix-ups needed (forward, beta, max-semiring forward)
 and how many chunks the repair redid, the exp-count floor, the cost of adversarial models that
 never converge (a cyclic grammar, a reading-frame grammar), a training step (Conv encoder + head),
-one sequence of T = 10^8, and a sweep over T at B = 1 for the plot. Inputs: float32 zero-centred
-scores, transition and duration bias ~ 0.1 N(0, 1), full lengths.
+one sequence of T = 10^8, a sweep over T at B = 1 for the plot, and (K, C, C) transitions (section
+``kcc``: B = 1, T = 10^6, K = 32, C = 8 and B = 4, T = 10^5, K = 64, C = 8, and a cyclic (K, C, C)
+grammar). Inputs: float32 zero-centred scores, transition and duration bias ~ 0.1 N(0, 1), full
+lengths.
 
-    python benchmarks/bench_parallel.py --out results.json [--quick] [--no-1e8]
+    python benchmarks/bench_parallel.py --out results.json [--quick] [--no-1e8] [--only kcc]
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ CONFIGS = [  # (B, T, K, C), issue targets in ms: forward, forward+backward, Vit
     ((1024, 1000, 100, 24), (12.2, 53, 9.7)),
 ]
 SWEEP = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]  # B = 1, K = 64, C = 8
+KCC_CONFIGS = [(1, 1_000_000, 32, 8), (4, 100_000, 64, 8)]  # (K, C, C) transitions
 
 
-def make_inputs(B, T, K, C, seed=0, model="random"):
+def make_inputs(B, T, K, C, seed=0, model="random", kcc=False):
     g = torch.Generator(device="cuda").manual_seed(seed)
     scores = torch.randn(B, T, C, device="cuda", generator=g)
     scores = scores - scores.mean(1, keepdim=True)
@@ -67,6 +70,10 @@ def make_inputs(B, T, K, C, seed=0, model="random"):
         k = torch.arange(1, K + 1, device="cuda")
         db = torch.zeros(K, C, device="cuda")
         db[k % 3 != 0, 0] = -math.inf
+    if kcc:  # (K, C, C): the same allowed moves for every duration, duration-dependent scores
+        k = torch.arange(1, K + 1, device="cuda", dtype=torch.float32)[:, None, None]
+        tr = torch.where(torch.isfinite(tr)[None], tr[None] + 0.1 * torch.randn(K, C, C, device="cuda", generator=g)
+                         + 0.05 * (k % 3), tr[None]).contiguous()
     lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
     return cum, tr, db, lengths
 
@@ -93,8 +100,9 @@ def exp_rate():
     return rate()
 
 
-def time_engine(B, T, K, C, parallel_flag, model="random", what=("forward", "fwd_bwd", "viterbi"), runs=3, num_warps=None):
-    cum, tr, db, lengths = make_inputs(B, T, K, C, model=model)
+def time_engine(B, T, K, C, parallel_flag, model="random", what=("forward", "fwd_bwd", "viterbi"), runs=3, num_warps=None,
+                kcc=False):
+    cum, tr, db, lengths = make_inputs(B, T, K, C, model=model, kcc=kcc)
     out = {}
     if "forward" in what:
         out["forward_ms"] = median_ms(lambda: semi_crf_streaming_forward(
@@ -123,15 +131,15 @@ def time_engine(B, T, K, C, parallel_flag, model="random", what=("forward", "fwd
     return out
 
 
-def fixup_stats(B, T, K, C, model="random"):
+def fixup_stats(B, T, K, C, model="random", kcc=False):
     """Positions the fix-ups ran per chunk (forward log, max, beta) and chunks the repair redid."""
-    cum, tr, db, lengths = make_inputs(B, T, K, C, model=model)
+    cum, tr, db, lengths = make_inputs(B, T, K, C, model=model, kcc=kcc)
     v = validate_streaming_inputs(cum, tr, db, lengths, K)
     plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=True)
     if not plan.time_parallel:
         return None
     args = (v.cum_scores, v.transition, v.duration_bias, v.lengths)
-    res = {"chunk": plan.chunk, "n_chunks": plan.n_chunks, "num_warps": plan.num_warps}
+    res = {"chunk": plan.chunk, "n_chunks": plan.n_chunks, "num_warps": plan.num_warps, "kind": plan.kind}
     for name, stats in (("forward", parallel.forward_chunked(*args, "log", None, None, plan)[3]),
                         ("viterbi_forward", parallel.forward_chunked(*args, "max", None, None, plan)[3]),
                         ("beta", parallel.beta_chunked(*args, None, None, plan)[2])):
@@ -190,7 +198,7 @@ def main():
     ap.add_argument("--no-1e8", action="store_true")
     ap.add_argument("--only", default=None, help="comma-separated sections")
     opts = ap.parse_args()
-    sections = set((opts.only or "rate,configs,stats,adversarial,worst,training,sweep,1e8").split(","))
+    sections = set((opts.only or "rate,configs,stats,adversarial,worst,kcc,training,sweep,1e8").split(","))
     # the default plan's chunk length unless a "tune" section overrides it
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit, "configs": []}
@@ -268,6 +276,28 @@ def main():
         plan_mod.CHUNK_OVERRIDE = None
         print(f"  worst case {row}", flush=True)
         res["worst"] = row
+    if "kcc" in sections:
+        # (K, C, C) transitions (the direct O(K·C²) recurrence): one program per sequence against the
+        # time-parallel engine, its fix-up statistics, and a cyclic grammar that never converges
+        res["kcc"] = []
+        for B, T, K, C in KCC_CONFIGS[1:] if opts.quick else KCC_CONFIGS:
+            row = {"B": B, "T": T, "K": K, "C": C}
+            plan = launch.plan_for(torch.empty(B, T + 1, C, device="cuda"), torch.empty(K, C, C), K, "log")
+            row["default_parallel"] = plan.time_parallel
+            for name, flag in (("sequential", False), ("parallel", True)):
+                t0 = time.time()
+                row[name] = time_engine(B, T, K, C, flag, kcc=True, runs=1 if (not flag and T >= 10**6) else 3)
+                print(f"  (K, C, C) {B},{T},{K},{C} {name}: {row[name]} ({time.time() - t0:.0f}s)", flush=True)
+            row["fixup"] = fixup_stats(B, T, K, C, kcc=True)
+            print(f"  (K, C, C) fix-up {B},{T},{K},{C}: {row['fixup']}", flush=True)
+            res["kcc"].append(row)
+        B, T, K, C = 1, 100_000, 32, 6
+        row = {"model": "cyclic (K, C, C)", "B": B, "T": T, "K": K, "C": C}
+        for name, flag in (("sequential", False), ("parallel", True)):
+            row[name] = time_engine(B, T, K, C, flag, model="cyclic", kcc=True, runs=2)
+        row["fixup"] = fixup_stats(B, T, K, C, model="cyclic", kcc=True)
+        print(f"  (K, C, C) adversarial {row}", flush=True)
+        res["kcc"].append(row)
     if "training" in sections and not opts.quick:
         res["training"] = {name: training_step(flag) for name, flag in (("sequential", False), ("parallel", None))}
         print(f"  training step {res['training']}", flush=True)

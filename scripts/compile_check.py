@@ -77,8 +77,11 @@ def main():
     from torch_semimarkov.streaming.kernels import launch, plan as plan_mod
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
+    # (B, T, K, C, (K, C, C) transition, projections); the (K, C, C) ones compile the sequential and the
+    # time-parallel direct recurrence (K = 1, every projection variant)
     cases = [(2, 300, 12, 6, False, "both"), (1, 5000, 64, 24, False, "none"), (2, 400, 200, 9, False, "end"),
-             (2, 80, 6, 5, True, "both"), (3, 200, 1, 5, False, "start")]
+             (2, 80, 6, 5, True, "both"), (3, 200, 1, 5, False, "start"), (2, 300, 1, 3, True, "none"),
+             (1, 500, 20, 8, True, "start"), (1, 400, 12, 24, True, "end")]
     for B, T, K, C, kcc, proj in cases:
         cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0))
         tr = torch.randn((K, C, C) if kcc else (C, C))
@@ -87,7 +90,8 @@ def main():
         lengths = torch.tensor([T] + [max(1, T // 2)] * (B - 1))
         v = validate_streaming_inputs(cum, tr, torch.randn(K, C), lengths, K, proj_start=ps, proj_end=pe)
         args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
-        for force_mem in (False, True):
+        # the ring setting does not change the (K, C, C) kernels
+        for force_mem in (False,) if kcc else (False, True):
             plan_mod.FORCE_MEMORY_RING = force_mem
             for parallel in (False, True):
                 for semiring in ("log", "max"):

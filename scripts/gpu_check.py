@@ -14,8 +14,11 @@ Checks, each printed as one PASS/FAIL line:
   and the gradients are bitwise the same for every interval;
 * every check above with one program per sequence and with the time-parallel engine, and the two
   engines against each other at T = 10^6 (marginals, Viterbi) and on adversarial models (a cyclic
-  and a reading-frame grammar that the fix-up cannot rely on);
-* the public API (``semi_crf_streaming_forward`` with autograd) on CUDA against the PyTorch path.
+  and a reading-frame grammar that the fix-up cannot rely on), for both transition shapes;
+* (K, C, C) transitions at T = 10^5 (K = 32, C = 8) against the float64 reference and at T = 10^6
+  (log Z against float64, gradients consistent, the two engines against each other);
+* the public API (``semi_crf_streaming_forward`` with autograd) on CUDA against the PyTorch path,
+  (C, C) and (K, C, C), default engine and ``time_parallel=True``.
 
 The float64 references of the long sequences run in worker processes on the CPU while the GPU
 checks run. Usage: ``python scripts/gpu_check.py [--skip-1e6]``.
@@ -90,9 +93,13 @@ MODERATE = [
     ((2, 500, 200, 9, 6), dict()),  # several K blocks
     ((3, 80, 6, 5, 7), dict(lengths="ragged", proj=True, kcc=True)),
     ((64, 100, 10, 4, 8), dict(lengths="ragged")),
+    ((3, 600, 16, 6, 9), dict(lengths="ragged", proj=True, kcc=True)),  # (K, C, C), several chunks
+    ((2, 300, 1, 5, 10), dict(kcc=True)),  # (K, C, C), K = 1
 ]
 LONG_1E5 = ((1, 100_000, 64, 8, 11), dict())
 LONG_1E6 = ((1, 1_000_000, 64, 8, 12), dict())
+LONG_KCC_1E5 = ((1, 100_000, 32, 8, 13), dict(kcc=True))
+LONG_KCC_1E6 = ((1, 1_000_000, 32, 8, 14), dict(kcc=True))
 
 
 class Checker:
@@ -272,23 +279,27 @@ def recompute_bitwise(ck, dev):
 
 def adversarial(ck, dev):
     """Models the fix-up cannot rely on converging (a cyclic grammar, a reading-frame grammar): the
-    time-parallel engine equals the sequential one (log Z, marginals, Viterbi)."""
+    time-parallel engine equals the sequential one (log Z, marginals, Viterbi), for both
+    transition shapes."""
     for kind in ("cyclic", "frame"):
-        inp = adversarial_case(kind, 2, 20000, 64, 6, 51)
-        seq = run_gpu(inp, dev, viterbi=True, parallel=False)
-        par = run_gpu(inp, dev, viterbi=True, parallel=True)
-        err = rel_err(par["log_z"], seq["log_z"])
-        ck.check(f"adversarial {kind}: parallel log Z == sequential", err < 1e-6, f"rel {err:.2e}")
-        for name, a, e in zip(("P_start", "P_end"), par["grads"], seq["grads"]):
-            e_ = abs_err(a, e)
-            ck.check(f"adversarial {kind}: parallel {name} == sequential", e_ < 1e-4, f"err {e_:.2e}")
-        same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
-        ck.check(f"adversarial {kind}: parallel Viterbi == sequential", same)
+        for kcc in (False, True):
+            shape = "(K, C, C)" if kcc else "(C, C)"
+            inp = adversarial_case(kind, 2, 20000 if not kcc else 8000, 64 if not kcc else 24, 6, 51, kcc=kcc)
+            seq = run_gpu(inp, dev, viterbi=True, parallel=False)
+            par = run_gpu(inp, dev, viterbi=True, parallel=True)
+            err = rel_err(par["log_z"], seq["log_z"])
+            ck.check(f"adversarial {kind} {shape}: parallel log Z == sequential", err < 1e-6, f"rel {err:.2e}")
+            for name, a, e in zip(("P_start", "P_end"), par["grads"], seq["grads"]):
+                e_ = abs_err(a, e)
+                ck.check(f"adversarial {kind} {shape}: parallel {name} == sequential", e_ < 1e-4, f"err {e_:.2e}")
+            same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
+            ck.check(f"adversarial {kind} {shape}: parallel Viterbi == sequential", same)
 
 
-def adversarial_case(kind, B, T, K, C, seed):
+def adversarial_case(kind, B, T, K, C, seed, kcc=False):
     """``"cyclic"``: only c -> c+1 (mod C), long segments preferred; ``"frame"``: label 0 only in
-    multiples of 3, 0 -> 1 -> 2 -> 0 and 0 -> 0, every other move -inf."""
+    multiples of 3, 0 -> 1 -> 2 -> 0 and 0 -> 0, every other move -inf. ``kcc``: a (K, C, C)
+    transition, the same grammar for every duration with duration-dependent allowed scores."""
     inp = make_case(B, T, K, C, seed, lengths="ragged", scale=0.3)
     tr = torch.full((C, C), -math.inf)
     if kind == "cyclic":
@@ -302,6 +313,9 @@ def adversarial_case(kind, B, T, K, C, seed):
             if k % 3:
                 db[k - 1, 0] = -math.inf
         inp["duration_bias"] = db
+    if kcc:
+        k = torch.arange(1, K + 1, dtype=torch.float32)[:, None, None]
+        tr = torch.where(torch.isfinite(tr)[None], 0.1 * (k % 3), tr[None]).contiguous()
     inp["transition"] = tr
     return inp
 
@@ -309,18 +323,20 @@ def adversarial_case(kind, B, T, K, C, seed):
 def public_api(ck, dev):
     from torch_semimarkov.streaming import autograd as api
 
-    inp = make_case(3, 257, 9, 5, 31, lengths="ragged", proj=True)
-    grads = {}
-    for use_triton in (True, False):
-        d = {k: (v.to(dev).detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v)
-             for k, v in inp.items()}
-        z = api.semi_crf_streaming_forward(**d, use_triton=use_triton)
-        up = torch.linspace(0.5, 1.5, z.shape[0], device=dev)
-        (z * up).sum().backward()
-        grads[use_triton] = [z.detach()] + [d[k].grad for k in ("cum_scores", "transition", "duration_bias",
-                                                                  "proj_start", "proj_end")]
-    errs = [abs_err(a, b) for a, b in zip(grads[True], grads[False])]
-    ck.check("public API triton vs pytorch (autograd)", max(errs) < 5e-4, f"max err {max(errs):.2e}")
+    for kcc, time_parallel in ((False, None), (True, None), (True, True)):
+        inp = make_case(3, 257, 9, 5, 31, lengths="ragged", proj=True, kcc=kcc)
+        grads = {}
+        for use_triton in (True, False):
+            d = {k: (v.to(dev).detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor)
+                     else v) for k, v in inp.items()}
+            z = api.semi_crf_streaming_forward(**d, use_triton=use_triton, time_parallel=time_parallel)
+            up = torch.linspace(0.5, 1.5, z.shape[0], device=dev)
+            (z * up).sum().backward()
+            grads[use_triton] = [z.detach()] + [d[k].grad for k in ("cum_scores", "transition", "duration_bias",
+                                                                      "proj_start", "proj_end")]
+        errs = [abs_err(a, b) for a, b in zip(grads[True], grads[False])]
+        name = f"public API triton vs pytorch (autograd){' (K, C, C)' if kcc else ''} time_parallel={time_parallel}"
+        ck.check(name, max(errs) < 5e-4, f"max err {max(errs):.2e}")
 
 
 def main():
@@ -337,6 +353,9 @@ def main():
     if not opts.skip_1e6:
         jobs["T1e6"] = pool.submit(reference, LONG_1E6, False)
     jobs["T1e5"] = pool.submit(reference, LONG_1E5, True, True)
+    jobs["KCC1e5"] = pool.submit(reference, LONG_KCC_1E5, True, True)
+    if not opts.skip_1e6:
+        jobs["KCC1e6"] = pool.submit(reference, LONG_KCC_1E6, False)
     for i, case in enumerate(MODERATE):
         jobs[f"moderate{i}"] = pool.submit(reference, case, True, True)
     dev = torch.device("cuda")
@@ -378,6 +397,18 @@ def main():
         print(f"  T=1e5 {engine}: kernel's float64 log Z abs err {err64:.3e}; GPU {t_gpu:.2f}s (incl. compile)")
     print(f"  T=1e5: float64 CPU reference {exp['t_total']:.1f}s")
 
+    # (K, C, C) transitions at T = 10^5: both engines against the float64 reference
+    inp = make_case(*LONG_KCC_1E5[0], **LONG_KCC_1E5[1])
+    exp = jobs["KCC1e5"].result()
+    for parallel in (False, True):
+        engine = "parallel" if parallel else "sequential"
+        t1 = time.time()
+        got = run_gpu(inp, dev, viterbi=True, parallel=parallel)
+        t_gpu = time.time() - t1
+        compare(ck, f"{engine} (K, C, C) T=1e5 K=32 C=8", got, exp, inp, tol_marg=1e-4, tol_par=1e-3)
+        print(f"  (K, C, C) T=1e5 {engine}: GPU {t_gpu:.2f}s (incl. compile)")
+    print(f"  (K, C, C) T=1e5: float64 CPU reference {exp['t_total']:.1f}s")
+
     if not opts.skip_1e6:
         inp = make_case(*LONG_1E6[0], **LONG_1E6[1])
         exp = jobs["T1e6"].result()
@@ -416,6 +447,32 @@ def main():
         same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
         ck.check("T=1e6 parallel Viterbi == sequential Viterbi (labels and starts)", same)
         print(f"  T=1e6: float64 CPU reference forward {exp['t_total']:.1f}s")
+
+        # (K, C, C) transitions at T = 10^6: log Z against float64, the two engines against each other
+        inp = make_case(*LONG_KCC_1E6[0], **LONG_KCC_1E6[1])
+        exp = jobs["KCC1e6"].result()
+        results = {}
+        for parallel in (False, True):
+            engine = "parallel" if parallel else "sequential"
+            t1 = time.time()
+            got = run_gpu(inp, dev, viterbi=True, parallel=parallel)
+            results[engine] = got
+            err = rel_err(got["log_z"], exp["log_z"])
+            ck.check(f"{engine} (K, C, C) T=1e6 K=32 C=8 logZ rel < 1e-6", err < 1e-6, f"rel {err:.2e}")
+            p_start, p_end, g_tr, g_db = got["grads"]
+            ck.check(f"{engine} (K, C, C) T=1e6 gradients finite", all(bool(torch.isfinite(x).all()) for x in got["grads"]))
+            last = float(p_end[0, -1].double().sum())
+            ck.check(f"{engine} (K, C, C) T=1e6 sum_c P_end(L) = 1", abs(last - 1) < 1e-5, f"{last:.8f}")
+            n_seg, n_tr = float(p_start.double().sum()), float(g_tr.double().sum())
+            ck.check(f"{engine} (K, C, C) T=1e6 E[#segments] agrees (start / transition)",
+                     abs(n_seg - n_tr) < 1e-5 * n_seg, f"{n_seg:.3f} {n_tr:.3f}")
+            print(f"  (K, C, C) T=1e6 {engine}: GPU fwd+bwd+Viterbi {time.time() - t1:.2f}s")
+        seq, par = results["sequential"], results["parallel"]
+        for name, a, e in zip(("P_start", "P_end"), par["grads"], seq["grads"]):
+            err = abs_err(a, e)
+            ck.check(f"(K, C, C) T=1e6 parallel {name} within 1e-4 of sequential", err < 1e-4, f"err {err:.2e}")
+        same = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(par["viterbi"][1:], seq["viterbi"][1:]))
+        ck.check("(K, C, C) T=1e6 parallel Viterbi == sequential Viterbi (labels and starts)", same)
     pool.shutdown()
     print(f"{len(ck.rows) - len(ck.failures)}/{len(ck.rows)} checks passed in {time.time() - t0:.1f}s")
     if opts.json:
