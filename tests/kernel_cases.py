@@ -35,6 +35,7 @@ CASES = [
     (2, 8, 3, 3, "ragged", "both", True),  # (K, C, C)
     (2, 5, 7, 2, None, "none", True),  # (K, C, C), K > T
     (2, 6, 1, 5, None, "none", True),  # (K, C, C), K = 1
+    (3, 14, 5, 3, [14, 1, 4], "both", True),  # (K, C, C), a length-1 sequence and one shorter than K
 ]
 IDS = [case_id(B, T, K, C, "ragged" if lens else "", proj if proj != "none" else "", "KCC" if kcc else "")
        for B, T, K, C, lens, proj, kcc in CASES]

@@ -42,11 +42,13 @@ def test_viterbi_matches_oracle(case, ring, engine):
     _check(inp, scores, labels, starts, v.lengths.tolist())
 
 
-def test_viterbi_ties_break_to_smallest_index(engine, monkeypatch):
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_viterbi_ties_break_to_smallest_index(kcc, engine, monkeypatch):
     """All-zero scores: every segmentation ties (log C, the first segment's phantom term); the
     smallest index wins at each choice."""
     B, T, K, C = 1, 9, 3, 3
-    inp = {"cum_scores": torch.zeros(B, T + 1, C), "transition": torch.zeros(C, C), "duration_bias": torch.zeros(K, C),
+    tr = torch.zeros(K, C, C) if kcc else torch.zeros(C, C)
+    inp = {"cum_scores": torch.zeros(B, T + 1, C), "transition": tr, "duration_bias": torch.zeros(K, C),
            "lengths": torch.tensor([T]), "K": K, "proj_start": None, "proj_end": None}
     scores, labels, starts = run_viterbi(validated(inp, "max"), engine)
     assert abs(float(scores[0]) - math.log(C)) < 1e-6
