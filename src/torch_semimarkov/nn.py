@@ -470,9 +470,12 @@ class SemiMarkovCRFHead(nn.Module):
         """Viterbi: the best segmentation of each sequence.
 
         Returns:
-            The engine's ``ViterbiResult``: ``scores`` (B,), ``labels`` (B, T) long with -1 past each
-            length, and ``segments``, a list (per sequence) of
-            :class:`~torch_semimarkov.streaming.segments.Segment` tiling ``[0, length)``.
+            The engine's :class:`~torch_semimarkov.ViterbiResult`, tensor-first and on the device of
+            ``hidden_states``: ``scores`` (B,), ``labels`` (B, T) long with -1 past each length,
+            ``segment_starts`` / ``segment_ends`` (exclusive) / ``segment_labels`` (N,) for every
+            segment of the batch and ``segment_offsets`` (B+1,) (sequence b owns
+            ``[offsets[b], offsets[b+1])``); ``.segments`` builds Python lists of
+            :class:`~torch_semimarkov.Segment` on request.
         """
         out = self.build(hidden_states, lengths)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
