@@ -24,7 +24,7 @@ from .streaming.autograd import (
     semi_crf_streaming_viterbi,
 )
 from .streaming.backends import BACKENDS
-from .streaming.validation import check_lengths
+from .streaming.validation import lengths_from
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -183,6 +183,20 @@ class SemiMarkovCRFHead(nn.Module):
             self.start_scores = None
             self.end_scores = None
 
+    def extra_repr(self) -> str:
+        dur = "learned" if self.duration_dist is None else type(self.duration_dist).__name__
+        parts = [f"num_classes={self.num_classes}", f"max_duration={self.max_duration}",
+                 f"hidden_dim={self.hidden_dim}", f"duration={dur}", f"transition={self.transition_type!r}"]
+        if self.allowed_transitions is not None:
+            parts.append(f"allowed_transitions={int(self.allowed_transitions.sum())}/{self.num_classes ** 2}")
+        parts += [f"boundary_scores={self.proj_start is not None}", f"start_end_scores={self.start_scores is not None}",
+                  f"backend={self.backend!r}", f"time_parallel={self.time_parallel}"]
+        if self.cumsum_dtype != torch.float32:
+            parts.append(f"cumsum_dtype={self.cumsum_dtype}")
+        if self.checkpoint_interval is not None:
+            parts.append(f"checkpoint_interval={self.checkpoint_interval}")
+        return ", ".join(parts)
+
     # ------------------------------------------------------------------ parameters
 
     @property
@@ -242,7 +256,7 @@ class SemiMarkovCRFHead(nn.Module):
 
     # ------------------------------------------------------------------ scores
 
-    def _check_inputs(self, hidden_states: torch.Tensor, lengths) -> torch.Tensor:
+    def _check_inputs(self, hidden_states: torch.Tensor, lengths, mask=None) -> torch.Tensor:
         if not isinstance(hidden_states, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(hidden_states).__name__}")
         in_dim = self.num_classes if self.hidden_dim is None else self.hidden_dim
@@ -257,7 +271,7 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(
                 f"hidden_states must hold at least one sequence of at least one position, got shape {tuple(hidden_states.shape)}"
             )
-        lengths = check_lengths(lengths, B).to(device=hidden_states.device, dtype=torch.long)
+        lengths = lengths_from(lengths, mask, B, T).to(device=hidden_states.device, dtype=torch.long)
         lo, hi = int(lengths.min()), int(lengths.max())
         if lo < 1 or hi > T:
             raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
@@ -279,10 +293,10 @@ class SemiMarkovCRFHead(nn.Module):
                 f"position {t}); scores must be finite inside each sequence"
             )
 
-    def build(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+    def build(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
         """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
         running it; ``partition`` is left empty. :meth:`forward` fills it."""
-        lengths = self._check_inputs(hidden_states, lengths)
+        lengths = self._check_inputs(hidden_states, lengths, mask)
         B, T, _ = hidden_states.shape
         dtype = self.cumsum_dtype
         device_type = hidden_states.device.type
@@ -341,14 +355,16 @@ class SemiMarkovCRFHead(nn.Module):
             time_parallel=self.time_parallel,
         )
 
-    def forward(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+    def forward(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
         """Log-partition log Z (B,) and the tensors it was built from.
 
         Args:
             hidden_states: (B, T, H) encoder features (any float dtype; autocast is fine).
             lengths: (B,) sequence lengths in [1, T].
+            mask: instead of ``lengths``, a (B, T) bool mask, True at valid positions; it must be a
+                prefix mask (True at 0 .. L-1, False after): right padding only.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             partition = semi_crf_streaming_forward(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
@@ -388,11 +404,12 @@ class SemiMarkovCRFHead(nn.Module):
             )
         raise ValueError(f"{where} that the model forbids: {FORBIDDEN_REASONS[kind]}")
 
-    def gold_score(self, hidden_states: torch.Tensor, lengths, labels=None, segments=None, out=None) -> torch.Tensor:
+    def gold_score(self, hidden_states: torch.Tensor, lengths=None, labels=None, segments=None, out=None, *,
+                   mask=None) -> torch.Tensor:
         """Score (B,) of the given segmentation, with exactly the partition's terms (``-inf`` for
         a segmentation that uses a forbidden duration, transition or first label)."""
         if out is None:
-            out = self.build(hidden_states, lengths)
+            out = self.build(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             return gold_score(
@@ -403,17 +420,19 @@ class SemiMarkovCRFHead(nn.Module):
     def compute_loss(
         self,
         hidden_states: torch.Tensor,
-        lengths,
+        lengths=None,
         labels: Optional[torch.Tensor] = None,
         segments: Optional[Sequence[Sequence]] = None,
         reduction: str = "mean",
         zero_infinity: bool = False,
+        *,
+        mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Negative log-likelihood ``log Z - score(gold)`` of the gold segmentation.
 
         Args:
             hidden_states: (B, T, H) encoder features.
-            lengths: (B,) sequence lengths.
+            lengths: (B,) sequence lengths (or pass ``mask``).
             labels: (B, T) per-position labels, ``ignore_index`` past each length. Each run of one
                 label is one segment; a run longer than K is split into pieces of K positions (the
                 last holds the rest) joined by the same-label transition ``Tr[c, c]``.
@@ -428,12 +447,14 @@ class SemiMarkovCRFHead(nn.Module):
                 gold segmentation); ``True`` gives such a sequence loss 0 and zero gradients (as
                 ``torch.nn.CTCLoss(zero_infinity=True)``).
 
+            mask: instead of ``lengths``, a (B, T) bool prefix mask, True at valid positions.
+
         Returns:
             The NLL, >= 0 up to float rounding.
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        out = self.forward(hidden_states, lengths)
+        out = self.forward(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
         code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts)
         # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
@@ -463,10 +484,38 @@ class SemiMarkovCRFHead(nn.Module):
             return nll.sum() / out.lengths.sum().to(nll.dtype)
         return nll.mean()
 
+    def log_prob(
+        self,
+        hidden_states: torch.Tensor,
+        lengths=None,
+        labels: Optional[torch.Tensor] = None,
+        segments: Optional[Sequence[Sequence]] = None,
+        zero_infinity: bool = False,
+        *,
+        mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Log-likelihood ``log P(gold | x) = score(gold) - log Z`` of each sequence, (B,), <= 0.
+
+        The sign is that of a log-probability: maximise it, or minimise
+        ``-head.log_prob(...).mean()``, which equals ``head.compute_loss(...)`` (the NLL). Takes
+        the arguments of :meth:`compute_loss` (without ``reduction``) and raises for the same
+        impossible sequences unless ``zero_infinity=True`` (then their value is 0).
+
+        Example:
+            >>> _ = torch.manual_seed(0)
+            >>> head = SemiMarkovCRFHead(num_classes=2, max_duration=3, hidden_dim=4)
+            >>> h, mask = torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]).bool()
+            >>> lp = head.log_prob(h, labels=torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, -100, -100]]), mask=mask)
+            >>> lp.shape, bool((lp <= 0).all())
+            (torch.Size([2]), True)
+        """
+        return -self.compute_loss(hidden_states, lengths, labels, segments, reduction="none",
+                                  zero_infinity=zero_infinity, mask=mask)
+
     # ------------------------------------------------------------------ inference
 
     @torch.no_grad()
-    def decode(self, hidden_states: torch.Tensor, lengths):
+    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None):
         """Viterbi: the best segmentation of each sequence.
 
         Returns:
@@ -477,7 +526,7 @@ class SemiMarkovCRFHead(nn.Module):
             ``[offsets[b], offsets[b+1])``); ``.segments`` builds Python lists of
             :class:`~torch_semimarkov.Segment` on request.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             return semi_crf_streaming_viterbi(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
@@ -485,7 +534,7 @@ class SemiMarkovCRFHead(nn.Module):
             )
 
     @torch.no_grad()
-    def marginals(self, hidden_states: torch.Tensor, lengths) -> Posterior:
+    def marginals(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> Posterior:
         """Posterior marginals from one forward-backward pass.
 
         Returns:
@@ -493,7 +542,7 @@ class SemiMarkovCRFHead(nn.Module):
             (B, T) (P(a segment starts at t); 1 at t = 0), per-position entropy (B, T) in nats, the
             start/end marginals (B, T, C) and log Z (B,). Everything is 0 past each length.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             m = semi_crf_streaming_marginals(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,

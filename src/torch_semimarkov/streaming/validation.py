@@ -76,6 +76,55 @@ def check_lengths(lengths, B: int) -> torch.Tensor:
     return lengths
 
 
+def lengths_from(lengths, mask, B: int, T: int) -> torch.Tensor:
+    """(B,) lengths from exactly one of ``lengths`` and a (B, T) prefix ``mask`` (the head's
+    ``mask=``), with errors that name the argument and say what is wrong.
+
+    Example:
+        >>> lengths_from(None, torch.tensor([[True, True, False], [True, True, True]]), 2, 3)
+        tensor([2, 3])
+    """
+    if mask is None:
+        if lengths is None:
+            raise TypeError("pass lengths (a (batch,) tensor of sequence lengths) or mask (a (batch, T) bool tensor)")
+        if isinstance(lengths, torch.Tensor) and (lengths.dtype == torch.bool or lengths.dim() == 2):
+            raise ValueError(
+                f"lengths must be a (batch,) tensor of integers, got a {lengths.dtype} tensor of shape "
+                f"{_shape(lengths)}: to pass a (batch, T) mask of valid positions use mask= instead"
+            )
+        return check_lengths(lengths, B)
+    if lengths is not None:
+        raise ValueError("pass either lengths or mask, not both")
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a (batch, T) bool tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != (B, T):
+        raise ValueError(f"mask must have shape (batch, T) = ({B}, {T}) like hidden_states, got {_shape(mask)}")
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.is_complex():
+            raise ValueError(f"mask must be a bool tensor (True at valid positions), got dtype {mask.dtype}")
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("mask must hold only 0/1 (or be a bool tensor)")
+        mask = mask.bool()
+    lengths = mask.sum(1)
+    prefix = torch.arange(T, device=mask.device)[None, :] < lengths[:, None]
+    # an empty row fits the prefix pattern but is no sequence: report it with the other mistakes
+    wrong = (mask != prefix) | (lengths == 0)[:, None]
+    if bool(wrong.any()):
+        b = int(wrong.any(1).nonzero()[0])
+        row = mask[b]
+        if not bool(row[0]):
+            what = ("it is all False (an empty sequence)" if not bool(row.any())
+                    else f"it starts with False (left padding? its first True is at position {int(row.nonzero()[0])})")
+        else:
+            hole = int((~row).nonzero()[0])
+            what = f"it has a hole: False at position {hole} and True again at position {int(row[hole:].nonzero()[0]) + hole}"
+        raise ValueError(
+            f"mask must be a prefix mask (True at positions 0 .. L-1 and False after: right padding only), "
+            f"but in sequence {b} {what}"
+        )
+    return lengths
+
+
 def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
