@@ -312,6 +312,11 @@ class SemiMarkovCRFHead(nn.Module):
             if not torch.is_autocast_enabled(device_type) and hidden_states.dtype != weight.dtype:
                 hidden_states = hidden_states.to(weight.dtype)
         scores = hidden_states if self.projection is None else self.projection(hidden_states)
+        # the boundary layers run under the caller's autocast, as the main projection does (inside
+        # the float32 block below a bf16 feature would meet a float32 weight)
+        proj_start = proj_end = None
+        if self.proj_start is not None:
+            proj_start, proj_end = self.proj_start(hidden_states), self.proj_end(hidden_states)
         self._check_finite(scores, valid)
         with torch.autocast(device_type=device_type, enabled=False):
             scores = scores.to(dtype)
@@ -329,10 +334,8 @@ class SemiMarkovCRFHead(nn.Module):
             # a slow kernel on CUDA for long T (23 ms at B = 4, T = 10^5, C = 12, against ~0.1 ms)
             cum = torch.cumsum(scores.transpose(1, 2).contiguous(), dim=-1).transpose(1, 2)
             cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), cum], dim=1)
-            proj_start = proj_end = None
-            if self.proj_start is not None:
-                proj_start = self.proj_start(hidden_states).to(dtype)
-                proj_end = self.proj_end(hidden_states).to(dtype)
+            if proj_start is not None:
+                proj_start, proj_end = proj_start.to(dtype), proj_end.to(dtype)
             transition = self.effective_transition().to(dtype)
             duration_bias = self.duration_table(dtype)
         return SemiCRFOutput(
