@@ -24,8 +24,8 @@ SEMIRINGS = ("log", "max")
 class StreamingInputs:
     """Validated and normalised inputs of the streaming semi-CRF.
 
-    ``transition`` and ``duration_bias`` are cast to the dtype of ``cum_scores`` with every forbidden
-    entry (``-inf`` or ``<= NEG_INF``) replaced by ``IMPOSSIBLE``; ``lengths`` is an int64 tensor on
+    ``transition``, ``duration_bias`` and the projections are cast to the dtype of ``cum_scores``
+    with every forbidden entry (``-inf`` or ``<= NEG_INF``) replaced by ``IMPOSSIBLE``; ``lengths`` is an int64 tensor on
     the device of ``cum_scores``; ``K`` is a Python int.
     """
 
@@ -146,7 +146,7 @@ def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
     n_nan = int(torch.isnan(t).sum())
     if allow_neg_inf:
         n_inf = int((t == float("inf")).sum())
-        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed and forbids a move)")
+        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what the entry scores)")
     n_inf = int(torch.isinf(t).sum())
     raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
 
@@ -278,7 +278,8 @@ def validate_streaming_inputs(
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
 
     floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
-    floats += [(name, p, False) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
+    # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
+    floats += [(name, p, True) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
     _check_values(floats, lengths, T)
 
     if checkpoint_interval is not None:
@@ -293,6 +294,6 @@ def validate_streaming_inputs(
         duration_bias=forbid(duration_bias.to(dtype)),
         lengths=lengths.to(device=device, dtype=torch.int64),
         K=K,
-        proj_start=None if proj_start is None else proj_start.to(dtype),
-        proj_end=None if proj_end is None else proj_end.to(dtype),
+        proj_start=None if proj_start is None else forbid(proj_start.to(dtype)),
+        proj_end=None if proj_end is None else forbid(proj_end.to(dtype)),
     )
