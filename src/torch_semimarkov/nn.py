@@ -54,6 +54,21 @@ class Posterior(NamedTuple):
     log_Z: torch.Tensor  # (B,)
 
 
+def _per_label(name: str, value, C: int) -> List[int]:
+    """An integer, or a sequence of C integers, as a list of C integers >= 1 (errors name it)."""
+    if hasattr(value, "tolist") and not isinstance(value, numbers.Integral):
+        value = value.tolist()  # tensors and NumPy arrays
+    values = [value] * C if not isinstance(value, (list, tuple)) else list(value)
+    if len(values) != C:
+        raise ValueError(f"{name} must be an integer or a sequence of C = {C} integers, got {len(values)} values")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be an integer (or one per label), got {type(v).__name__} {v!r}")
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    return [int(v) for v in values]
+
+
 class SemiMarkovCRFHead(nn.Module):
     """Semi-Markov CRF over segments of duration 1..K with C labels.
 
@@ -66,7 +81,11 @@ class SemiMarkovCRFHead(nn.Module):
 
     Args:
         num_classes: C, the number of labels.
-        max_duration: K, the longest segment (durations 1..K).
+        max_duration: K, the longest segment (durations 1..K); or a sequence of C integers, the
+            longest segment of each label (K is then their maximum).
+        min_duration: optional shortest segment: an integer for every label or a sequence of C
+            integers (default 1). Durations outside ``[min, max]`` of a label get -inf in training
+            and decoding alike.
         hidden_dim: H, the encoder's feature size; a ``Linear(H, C)`` projects features to scores.
             ``None``: the input already holds the (B, T, C) scores.
         duration: the duration bias: ``"learned"`` (a free (K, C) parameter ``duration_bias``),
@@ -78,6 +97,8 @@ class SemiMarkovCRFHead(nn.Module):
             (K, C, C) one indexed by the duration of the segment being entered.
         allowed_transitions: optional bool (C, C) mask ``[c_src, c_dst]``; forbidden moves get -inf in
             training and decoding alike.
+        allowed_starts, allowed_ends: optional bool (C,) masks: the labels the first / the last
+            segment of a sequence may carry (e.g. a gene model starts and ends in intergenic).
         boundary_scores: add ``Linear(H, C)`` layers ``proj_start`` / ``proj_end`` scoring where
             segments start and end.
         start_end_scores: learnable per-label scores for the first and the last segment.
@@ -109,7 +130,7 @@ class SemiMarkovCRFHead(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        max_duration: int,
+        max_duration: Union[int, Sequence[int]],
         hidden_dim: Optional[int] = None,
         duration: Union[str, DurationDistribution, Callable] = "learned",
         transition: str = "static",
@@ -123,13 +144,22 @@ class SemiMarkovCRFHead(nn.Module):
         duration_kwargs: Optional[dict] = None,
         backend: str = "auto",
         time_parallel: Optional[bool] = None,
+        min_duration: Union[None, int, Sequence[int]] = None,
+        allowed_starts: Optional[torch.Tensor] = None,
+        allowed_ends: Optional[torch.Tensor] = None,
     ):
         super().__init__()
-        for name, value in (("num_classes", num_classes), ("max_duration", max_duration)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral):
+            raise TypeError(f"num_classes must be an integer, got {type(num_classes).__name__} {num_classes!r}")
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        max_per_label = _per_label("max_duration", max_duration, int(num_classes))
+        min_per_label = _per_label("min_duration", 1 if min_duration is None else min_duration, int(num_classes))
+        max_duration = max(max_per_label)
+        bad = [c for c in range(int(num_classes)) if min_per_label[c] > max_per_label[c]]
+        if bad:
+            c = bad[0]
+            raise ValueError(f"min_duration of label {c} ({min_per_label[c]}) exceeds its max_duration ({max_per_label[c]})")
         if transition not in ("static", "duration"):
             raise ValueError(f"transition must be 'static' or 'duration', got {transition!r}")
         if cumsum_dtype not in (torch.float32, torch.float64):
@@ -170,6 +200,27 @@ class SemiMarkovCRFHead(nn.Module):
         else:
             self.allowed_transitions = None
 
+        # durations outside [min, max] of a label: forbidden (None when every duration 1..K is allowed)
+        if max(min_per_label) > 1 or min(max_per_label) < K:
+            k = torch.arange(1, K + 1)[:, None]
+            allowed_dur = (k >= torch.tensor(min_per_label)[None, :]) & (k <= torch.tensor(max_per_label)[None, :])
+            self.register_buffer("allowed_durations", allowed_dur)
+            self.register_buffer("label_max_duration", torch.tensor(max_per_label))
+        else:
+            self.allowed_durations = None
+            self.label_max_duration = None
+        for name, mask in (("allowed_starts", allowed_starts), ("allowed_ends", allowed_ends)):
+            if mask is None:
+                setattr(self, name, None)
+                continue
+            mask = torch.as_tensor(mask)
+            if tuple(mask.shape) != (C,):
+                raise ValueError(f"{name} must have shape (C,) = ({C},), got {tuple(mask.shape)}")
+            mask = mask.bool()
+            if not bool(mask.any()):
+                raise ValueError(f"{name} allows no label")
+            self.register_buffer(name, mask)
+
         if boundary_scores:
             self.proj_start = nn.Linear(in_dim, C)
             self.proj_end = nn.Linear(in_dim, C)
@@ -189,6 +240,13 @@ class SemiMarkovCRFHead(nn.Module):
                  f"hidden_dim={self.hidden_dim}", f"duration={dur}", f"transition={self.transition_type!r}"]
         if self.allowed_transitions is not None:
             parts.append(f"allowed_transitions={int(self.allowed_transitions.sum())}/{self.num_classes ** 2}")
+        if self.allowed_durations is not None:
+            lo = (self.allowed_durations.float().argmax(0) + 1).tolist()
+            parts.append(f"min_duration={lo}, max_duration_per_label={self.label_max_duration.tolist()}")
+        for name in ("allowed_starts", "allowed_ends"):
+            mask = getattr(self, name)
+            if mask is not None:
+                parts.append(f"{name}={mask.nonzero().reshape(-1).tolist()}")
         parts += [f"boundary_scores={self.proj_start is not None}", f"start_end_scores={self.start_scores is not None}",
                   f"backend={self.backend!r}", f"time_parallel={self.time_parallel}"]
         if self.cumsum_dtype != torch.float32:
@@ -251,6 +309,8 @@ class SemiMarkovCRFHead(nn.Module):
             if param is self.transition and self.allowed_transitions is not None:
                 # forbidden entries never enter the model: leave them out of the penalty too
                 param = param.masked_fill(~self.allowed_transitions, 0.0)
+            if self.allowed_durations is not None and param is self._parameters.get("duration_bias"):
+                param = param.masked_fill(~self.allowed_durations, 0.0)
             total = total + param.abs().pow(p).sum()
         return total
 
@@ -338,6 +398,19 @@ class SemiMarkovCRFHead(nn.Module):
                 proj_start, proj_end = proj_start.to(dtype), proj_end.to(dtype)
             transition = self.effective_transition().to(dtype)
             duration_bias = self.duration_table(dtype)
+            if self.allowed_durations is not None:
+                duration_bias = duration_bias.masked_fill(~self.allowed_durations, float("-inf"))
+            # allowed first / last labels: -inf boundary scores at position 0 / L-1 (exact)
+            if self.allowed_starts is not None:
+                if proj_start is None:
+                    proj_start = scores.new_zeros(B, T, self.num_classes)
+                at_first = (torch.arange(T, device=lengths.device) == 0)[None, :, None]
+                proj_start = proj_start.masked_fill(at_first & ~self.allowed_starts, float("-inf"))
+            if self.allowed_ends is not None:
+                if proj_end is None:
+                    proj_end = scores.new_zeros(B, T, self.num_classes)
+                at_last = (torch.arange(T, device=lengths.device)[None, :] == (lengths - 1)[:, None])[..., None]
+                proj_end = proj_end.masked_fill(at_last & ~self.allowed_ends, float("-inf"))
         return SemiCRFOutput(
             partition=cum_scores.new_empty(0),
             cum_scores=cum_scores,
@@ -386,7 +459,9 @@ class SemiMarkovCRFHead(nn.Module):
             B = out.lengths.shape[0]
             if labels.dim() != 2 or tuple(labels.shape) != (B, T):
                 raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states, got {tuple(labels.shape)}")
-            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, self.max_duration, self.ignore_index)
+            # a run longer than its label's maximum is split into pieces of that maximum
+            max_d = self.max_duration if self.label_max_duration is None else self.label_max_duration
+            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index)
         else:
             lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
         return lab, starts
@@ -399,6 +474,14 @@ class SemiMarkovCRFHead(nn.Module):
         c = int(lab[b, t])
         where = f"the gold segmentation of sequence {b} has a segment [{t}, {end}) of label {c} (duration {end - t})"
         kind = int(code[b, t])
+        if kind == 1 and self.allowed_durations is not None:
+            allowed = self.allowed_durations[:, c].nonzero().reshape(-1) + 1
+            raise ValueError(f"{where}, outside the durations the head allows for label {c}: "
+                             f"[{int(allowed.min())}, {int(allowed.max())}] (min_duration / max_duration)")
+        if kind == 4 and self.allowed_starts is not None and t == 0:
+            raise ValueError(f"the gold segmentation of sequence {b} starts with label {c}, which allowed_starts forbids")
+        if kind == 5 and self.allowed_ends is not None and end == int(out.lengths[b]):
+            raise ValueError(f"the gold segmentation of sequence {b} ends with label {c}, which allowed_ends forbids")
         if kind == 2:
             c_prev = int(lab[b, t - 1])
             raise ValueError(
@@ -459,7 +542,7 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         out = self.forward(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
-        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts)
+        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start, out.proj_end)
         # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
         infinite = torch.isneginf(out.partition) | (code > 0).any(1)
         if not zero_infinity and bool(infinite.any()):
