@@ -10,6 +10,7 @@ MODULES = [
     "torch_semimarkov.streaming.pytorch_reference",
     "torch_semimarkov.streaming.numba_engine",
     "torch_semimarkov.streaming.segments",
+    "torch_semimarkov.streaming.validation",
     "torch_semimarkov.nn",
     "torch_semimarkov.durations",
     "torch_semimarkov.data",

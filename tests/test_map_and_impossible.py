@@ -79,7 +79,7 @@ def _best_by_enumeration(inp, b):
 
 def random_problem(seed: int):
     """A random small problem with every option: both transition shapes, projections, ragged
-    lengths, -inf entries, K = 1 and K > T."""
+    lengths, -inf entries (transition, duration bias and projections), K = 1 and K > T."""
     rng = np.random.default_rng(seed)
     T = int(rng.integers(1, 7))
     K = int(rng.choice([1, 2, 3, T, T + 2]))
@@ -90,7 +90,10 @@ def random_problem(seed: int):
                       proj=str(rng.choice(["none", "start", "end", "both"])), seed=seed,
                       scale=float(rng.choice([0.5, 1.0, 3.0])))
     p_inf = float(rng.choice([0.0, 0.15, 0.35]))
-    for key in ("transition", "duration_bias"):
+    for key in ("transition", "duration_bias", "proj_start", "proj_end"):
+        if inp[key] is None:
+            continue
+        # a forbidden projection entry: no segment of that label starts / ends there
         t = inp[key].clone()
         t[torch.from_numpy(rng.random(tuple(t.shape)) < p_inf)] = NEG
         inp[key] = t
@@ -331,10 +334,8 @@ def test_values_at_or_below_neg_inf_forbid_exactly():
     assert_close(semi_crf_streaming_forward(**a), brute_force(**a).log_Z)
 
 
-@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
-def test_impossible_sequences_triton(dt, engine):
-    launch = _triton()
-    inp, dead = _impossible_batch(dt)
+def _triton_fns(launch, engine):
+    """forward, backward (dict of gradients of sum(up * log Z)) and viterbi through the kernels."""
 
     def val(x):
         x32 = {k: (t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t) for k, t in x.items()}
@@ -368,7 +369,76 @@ def test_impossible_sequences_triton(dt, engine):
         return launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
                                      v.proj_end, plan=_plan(launch, v, "max", engine))
 
+    return forward, backward, viterbi
+
+
+@pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
+def test_impossible_sequences_triton(dt, engine):
+    launch = _triton()
+    inp, dead = _impossible_batch(dt)
+    forward, backward, viterbi = _triton_fns(launch, engine)
     _check_impossible(inp, dead, forward, backward, viterbi, rtol=2e-5)
+
+
+def _forbidden_projection_problem(seed):
+    """Random small problem with both projections, 30 % of their entries -inf."""
+    rng = np.random.default_rng(seed)
+    T = int(rng.integers(2, 7))
+    K = int(rng.choice([1, 2, 3, T]))
+    C = int(rng.integers(1, 4))
+    inp = make_inputs(3, T, K, C, lengths=[T] + [int(x) for x in rng.integers(1, T + 1, size=2)],
+                      duration_transitions=bool(seed % 3 == 0), proj="both", seed=seed)
+    for key in ("proj_start", "proj_end"):
+        t = inp[key].clone()
+        t[torch.from_numpy(rng.random(tuple(t.shape)) < 0.3)] = NEG
+        inp[key] = t
+    return inp
+
+
+def _oracle_grads(inp, up):
+    leaves = {k: inp[k].detach().clone().requires_grad_(True)
+              for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")}
+    bf = brute_force(**dict(inp, **leaves))
+    ok = torch.isfinite(bf.log_Z)
+    torch.where(ok, bf.log_Z * up, torch.zeros_like(up)).sum().backward()
+    return bf, {k: v.grad for k, v in leaves.items()}
+
+
+def _check_forbidden_projections(inp, forward, backward, viterbi, tol):
+    dead = torch.isneginf(brute_force(**inp).log_Z)
+    up = torch.where(dead, 0.0, random_upstream(3).double())
+    bf, want = _oracle_grads(inp, up)
+    log_z = forward(inp).double()
+    assert torch.equal(torch.isneginf(log_z), dead)
+    assert_close(log_z[~dead], bf.log_Z[~dead], atol=tol, rtol=tol)
+    got = backward(inp, up)
+    for name in ("cum_scores", "proj_start", "proj_end", "transition", "duration_bias"):
+        assert_close(got[name].double(), want[name], atol=tol, rtol=tol, msg=name)
+    # no probability where a projection forbids
+    for name in ("proj_start", "proj_end"):
+        assert float(got[name][inp[name] == NEG].abs().sum()) == 0.0, name
+    scores = viterbi(inp)[0].double()
+    assert torch.equal(torch.isneginf(scores), dead)
+    assert_close(scores[~dead], bf.max_score[~dead], atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("seed", range(8))
+def test_forbidden_projection_entries_cpu(seed, backend):
+    """-inf in proj_start / proj_end forbids a segment to start / end there with that label."""
+    _check_forbidden_projections(
+        _forbidden_projection_problem(seed),
+        forward=lambda x: semi_crf_streaming_forward(**x, backend=backend),
+        backward=lambda x, up: _cpu_backward(x, up, backend=backend),
+        viterbi=lambda x: (semi_crf_streaming_viterbi(**x, backend=backend).scores,),
+        tol=1e-9,
+    )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_forbidden_projection_entries_triton(seed, engine):
+    forward, backward, viterbi = _triton_fns(_triton(), engine)
+    _check_forbidden_projections(_forbidden_projection_problem(seed), forward, backward, viterbi, tol=2e-5)
 
 
 def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
@@ -460,7 +530,7 @@ def test_empty_batch_names_hidden_states(head3, method):
 
 
 def test_missing_lengths_is_a_clear_error(head3):
-    with pytest.raises(TypeError, match="lengths is required"):
+    with pytest.raises(TypeError, match="pass lengths .* or mask"):
         head3.decode(torch.randn(2, 6, 5), None)
 
 

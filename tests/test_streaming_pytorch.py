@@ -798,7 +798,7 @@ def _bad_inputs():
         ("proj_start float16", mod(proj_start=base["proj_start"].half()), "proj_start"),
         ("proj_end shape", mod(proj_end=base["proj_end"][:1]), "proj_end"),
         ("proj_end NaN", with_nan("proj_end"), "proj_end"),
-        ("proj_end -inf", with_nan("proj_end", -math.inf), "proj_end"),
+        ("proj_end +inf", with_nan("proj_end", math.inf), "proj_end"),
         ("transition on meta device", mod(transition=torch.zeros(C, C, dtype=F64, device="meta")), "device"),
         ("duration_bias on meta device", mod(duration_bias=torch.zeros(K, C, dtype=F64, device="meta")), "device"),
         ("proj_end on meta device", mod(proj_end=torch.zeros(B, T, C, dtype=F64, device="meta")), "device"),

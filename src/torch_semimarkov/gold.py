@@ -33,6 +33,8 @@ FORBIDDEN_REASONS = {
     2: "the transition into it from the previous segment's label is forbidden (transition is -inf there)",
     3: "its label cannot start a sequence (every transition into it is -inf, so the first segment's "
        "phantom term logsumexp_c' transition[c', c] is -inf)",
+    4: "no segment of its label may start at that position (proj_start is -inf there)",
+    5: "no segment of its label may end at its last position (proj_end is -inf there)",
 }
 
 
@@ -45,20 +47,20 @@ def labels_to_starts(
     labels: torch.Tensor,
     lengths: torch.Tensor,
     num_classes: int,
-    max_duration: int,
+    max_duration,
     ignore_index: int = -100,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Validate per-position labels and turn them into (labels, segment starts).
 
-    Each maximal run of one label is one segment. A run longer than ``max_duration`` (K) is split
-    into consecutive pieces of K positions (the last piece holds the remainder), joined by the
-    same-label transition ``Tr[c, c]``.
+    Each maximal run of one label is one segment. A run longer than ``max_duration`` (K, or the
+    label's own maximum) is split into consecutive pieces of that many positions (the last piece
+    holds the remainder), joined by the same-label transition ``Tr[c, c]``.
 
     Args:
         labels: (B, T) integer labels in [0, C) at positions < length and ``ignore_index`` after.
         lengths: (B,) sequence lengths.
         num_classes: C.
-        max_duration: K.
+        max_duration: K, or a (C,) integer tensor of per-label maxima.
         ignore_index: the padding label expected past each sequence's length.
 
     Returns:
@@ -105,6 +107,8 @@ def labels_to_starts(
     # position of each t inside its run of equal labels
     run_start = torch.cummax(torch.where(change, idx, torch.zeros_like(idx)), dim=1).values
     pos_in_run = idx - run_start
+    if isinstance(max_duration, torch.Tensor):
+        max_duration = max_duration.to(device=labels.device, dtype=torch.long)[labels]
     starts = valid & (pos_in_run % max_duration == 0)
     return labels, starts
 
@@ -220,16 +224,20 @@ def forbidden_terms(
     lengths: torch.Tensor,
     labels: torch.Tensor,
     starts: torch.Tensor,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Where a segmentation uses a forbidden term, and which.
 
     Args:
-        transition, duration_bias, lengths, labels, starts: as for :func:`gold_score`.
+        transition, duration_bias, lengths, labels, starts, proj_start, proj_end: as for
+            :func:`gold_score`.
 
     Returns:
         (B, T) long: at each segment's start position, 0 if the segment is allowed, else a key of
         :data:`FORBIDDEN_REASONS` (1: duration, 2: transition from the previous segment, 3: the
-        first segment's label cannot start a sequence); 0 elsewhere.
+        first segment's label cannot start a sequence, 4: ``proj_start`` forbids it to start
+        there, 5: ``proj_end`` forbids it to end there); 0 elsewhere.
 
     Example:
         >>> db = torch.tensor([[float("-inf")], [0.0]])  # duration 1 forbidden
@@ -252,6 +260,14 @@ def forbidden_terms(
     code = torch.zeros(B, T, dtype=torch.long, device=labels.device)
     code = torch.where(first & bad_first, torch.full_like(code, 3), code)
     code = torch.where(~first & bad_tr, torch.full_like(code, 2), code)
+    if proj_end is not None:
+        # the segment starting at s ends at s + k: its last position is s + k - 1
+        last = (torch.arange(T, device=labels.device)[None, :] + k_idx).clamp(max=T - 1)
+        bad_end = (proj_end <= NEG_INF)[torch.arange(B, device=labels.device)[:, None], last, y]
+        code = torch.where(bad_end, torch.full_like(code, 5), code)
+    if proj_start is not None:
+        bad_start = (proj_start <= NEG_INF).gather(2, y[..., None]).squeeze(-1)
+        code = torch.where(bad_start, torch.full_like(code, 4), code)
     code = torch.where(bad_dur, torch.full_like(code, 1), code)
     return torch.where(starts, code, torch.zeros_like(code))
 

@@ -24,7 +24,7 @@ from .streaming.autograd import (
     semi_crf_streaming_viterbi,
 )
 from .streaming.backends import BACKENDS
-from .streaming.validation import check_lengths
+from .streaming.validation import lengths_from
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -54,6 +54,21 @@ class Posterior(NamedTuple):
     log_Z: torch.Tensor  # (B,)
 
 
+def _per_label(name: str, value, C: int) -> List[int]:
+    """An integer, or a sequence of C integers, as a list of C integers >= 1 (errors name it)."""
+    if hasattr(value, "tolist") and not isinstance(value, numbers.Integral):
+        value = value.tolist()  # tensors and NumPy arrays
+    values = [value] * C if not isinstance(value, (list, tuple)) else list(value)
+    if len(values) != C:
+        raise ValueError(f"{name} must be an integer or a sequence of C = {C} integers, got {len(values)} values")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be an integer (or one per label), got {type(v).__name__} {v!r}")
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    return [int(v) for v in values]
+
+
 class SemiMarkovCRFHead(nn.Module):
     """Semi-Markov CRF over segments of duration 1..K with C labels.
 
@@ -66,7 +81,11 @@ class SemiMarkovCRFHead(nn.Module):
 
     Args:
         num_classes: C, the number of labels.
-        max_duration: K, the longest segment (durations 1..K).
+        max_duration: K, the longest segment (durations 1..K); or a sequence of C integers, the
+            longest segment of each label (K is then their maximum).
+        min_duration: optional shortest segment: an integer for every label or a sequence of C
+            integers (default 1). Durations outside ``[min, max]`` of a label get -inf in training
+            and decoding alike.
         hidden_dim: H, the encoder's feature size; a ``Linear(H, C)`` projects features to scores.
             ``None``: the input already holds the (B, T, C) scores.
         duration: the duration bias: ``"learned"`` (a free (K, C) parameter ``duration_bias``),
@@ -78,6 +97,8 @@ class SemiMarkovCRFHead(nn.Module):
             (K, C, C) one indexed by the duration of the segment being entered.
         allowed_transitions: optional bool (C, C) mask ``[c_src, c_dst]``; forbidden moves get -inf in
             training and decoding alike.
+        allowed_starts, allowed_ends: optional bool (C,) masks: the labels the first / the last
+            segment of a sequence may carry (e.g. a gene model starts and ends in intergenic).
         boundary_scores: add ``Linear(H, C)`` layers ``proj_start`` / ``proj_end`` scoring where
             segments start and end.
         start_end_scores: learnable per-label scores for the first and the last segment.
@@ -109,7 +130,7 @@ class SemiMarkovCRFHead(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        max_duration: int,
+        max_duration: Union[int, Sequence[int]],
         hidden_dim: Optional[int] = None,
         duration: Union[str, DurationDistribution, Callable] = "learned",
         transition: str = "static",
@@ -123,13 +144,22 @@ class SemiMarkovCRFHead(nn.Module):
         duration_kwargs: Optional[dict] = None,
         backend: str = "auto",
         time_parallel: Optional[bool] = None,
+        min_duration: Union[None, int, Sequence[int]] = None,
+        allowed_starts: Optional[torch.Tensor] = None,
+        allowed_ends: Optional[torch.Tensor] = None,
     ):
         super().__init__()
-        for name, value in (("num_classes", num_classes), ("max_duration", max_duration)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral):
+            raise TypeError(f"num_classes must be an integer, got {type(num_classes).__name__} {num_classes!r}")
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        max_per_label = _per_label("max_duration", max_duration, int(num_classes))
+        min_per_label = _per_label("min_duration", 1 if min_duration is None else min_duration, int(num_classes))
+        max_duration = max(max_per_label)
+        bad = [c for c in range(int(num_classes)) if min_per_label[c] > max_per_label[c]]
+        if bad:
+            c = bad[0]
+            raise ValueError(f"min_duration of label {c} ({min_per_label[c]}) exceeds its max_duration ({max_per_label[c]})")
         if transition not in ("static", "duration"):
             raise ValueError(f"transition must be 'static' or 'duration', got {transition!r}")
         if cumsum_dtype not in (torch.float32, torch.float64):
@@ -170,6 +200,27 @@ class SemiMarkovCRFHead(nn.Module):
         else:
             self.allowed_transitions = None
 
+        # durations outside [min, max] of a label: forbidden (None when every duration 1..K is allowed)
+        if max(min_per_label) > 1 or min(max_per_label) < K:
+            k = torch.arange(1, K + 1)[:, None]
+            allowed_dur = (k >= torch.tensor(min_per_label)[None, :]) & (k <= torch.tensor(max_per_label)[None, :])
+            self.register_buffer("allowed_durations", allowed_dur)
+            self.register_buffer("label_max_duration", torch.tensor(max_per_label))
+        else:
+            self.allowed_durations = None
+            self.label_max_duration = None
+        for name, mask in (("allowed_starts", allowed_starts), ("allowed_ends", allowed_ends)):
+            if mask is None:
+                setattr(self, name, None)
+                continue
+            mask = torch.as_tensor(mask)
+            if tuple(mask.shape) != (C,):
+                raise ValueError(f"{name} must have shape (C,) = ({C},), got {tuple(mask.shape)}")
+            mask = mask.bool()
+            if not bool(mask.any()):
+                raise ValueError(f"{name} allows no label")
+            self.register_buffer(name, mask)
+
         if boundary_scores:
             self.proj_start = nn.Linear(in_dim, C)
             self.proj_end = nn.Linear(in_dim, C)
@@ -182,6 +233,27 @@ class SemiMarkovCRFHead(nn.Module):
         else:
             self.start_scores = None
             self.end_scores = None
+
+    def extra_repr(self) -> str:
+        dur = "learned" if self.duration_dist is None else type(self.duration_dist).__name__
+        parts = [f"num_classes={self.num_classes}", f"max_duration={self.max_duration}",
+                 f"hidden_dim={self.hidden_dim}", f"duration={dur}", f"transition={self.transition_type!r}"]
+        if self.allowed_transitions is not None:
+            parts.append(f"allowed_transitions={int(self.allowed_transitions.sum())}/{self.num_classes ** 2}")
+        if self.allowed_durations is not None:
+            lo = (self.allowed_durations.float().argmax(0) + 1).tolist()
+            parts.append(f"min_duration={lo}, max_duration_per_label={self.label_max_duration.tolist()}")
+        for name in ("allowed_starts", "allowed_ends"):
+            mask = getattr(self, name)
+            if mask is not None:
+                parts.append(f"{name}={mask.nonzero().reshape(-1).tolist()}")
+        parts += [f"boundary_scores={self.proj_start is not None}", f"start_end_scores={self.start_scores is not None}",
+                  f"backend={self.backend!r}", f"time_parallel={self.time_parallel}"]
+        if self.cumsum_dtype != torch.float32:
+            parts.append(f"cumsum_dtype={self.cumsum_dtype}")
+        if self.checkpoint_interval is not None:
+            parts.append(f"checkpoint_interval={self.checkpoint_interval}")
+        return ", ".join(parts)
 
     # ------------------------------------------------------------------ parameters
 
@@ -237,12 +309,14 @@ class SemiMarkovCRFHead(nn.Module):
             if param is self.transition and self.allowed_transitions is not None:
                 # forbidden entries never enter the model: leave them out of the penalty too
                 param = param.masked_fill(~self.allowed_transitions, 0.0)
+            if self.allowed_durations is not None and param is self._parameters.get("duration_bias"):
+                param = param.masked_fill(~self.allowed_durations, 0.0)
             total = total + param.abs().pow(p).sum()
         return total
 
     # ------------------------------------------------------------------ scores
 
-    def _check_inputs(self, hidden_states: torch.Tensor, lengths) -> torch.Tensor:
+    def _check_inputs(self, hidden_states: torch.Tensor, lengths, mask=None) -> torch.Tensor:
         if not isinstance(hidden_states, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(hidden_states).__name__}")
         in_dim = self.num_classes if self.hidden_dim is None else self.hidden_dim
@@ -257,7 +331,7 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(
                 f"hidden_states must hold at least one sequence of at least one position, got shape {tuple(hidden_states.shape)}"
             )
-        lengths = check_lengths(lengths, B).to(device=hidden_states.device, dtype=torch.long)
+        lengths = lengths_from(lengths, mask, B, T).to(device=hidden_states.device, dtype=torch.long)
         lo, hi = int(lengths.min()), int(lengths.max())
         if lo < 1 or hi > T:
             raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
@@ -279,10 +353,10 @@ class SemiMarkovCRFHead(nn.Module):
                 f"position {t}); scores must be finite inside each sequence"
             )
 
-    def build(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+    def build(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
         """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
         running it; ``partition`` is left empty. :meth:`forward` fills it."""
-        lengths = self._check_inputs(hidden_states, lengths)
+        lengths = self._check_inputs(hidden_states, lengths, mask)
         B, T, _ = hidden_states.shape
         dtype = self.cumsum_dtype
         device_type = hidden_states.device.type
@@ -298,6 +372,11 @@ class SemiMarkovCRFHead(nn.Module):
             if not torch.is_autocast_enabled(device_type) and hidden_states.dtype != weight.dtype:
                 hidden_states = hidden_states.to(weight.dtype)
         scores = hidden_states if self.projection is None else self.projection(hidden_states)
+        # the boundary layers run under the caller's autocast, as the main projection does (inside
+        # the float32 block below a bf16 feature would meet a float32 weight)
+        proj_start = proj_end = None
+        if self.proj_start is not None:
+            proj_start, proj_end = self.proj_start(hidden_states), self.proj_end(hidden_states)
         self._check_finite(scores, valid)
         with torch.autocast(device_type=device_type, enabled=False):
             scores = scores.to(dtype)
@@ -315,12 +394,23 @@ class SemiMarkovCRFHead(nn.Module):
             # a slow kernel on CUDA for long T (23 ms at B = 4, T = 10^5, C = 12, against ~0.1 ms)
             cum = torch.cumsum(scores.transpose(1, 2).contiguous(), dim=-1).transpose(1, 2)
             cum_scores = torch.cat([scores.new_zeros(B, 1, self.num_classes), cum], dim=1)
-            proj_start = proj_end = None
-            if self.proj_start is not None:
-                proj_start = self.proj_start(hidden_states).to(dtype)
-                proj_end = self.proj_end(hidden_states).to(dtype)
+            if proj_start is not None:
+                proj_start, proj_end = proj_start.to(dtype), proj_end.to(dtype)
             transition = self.effective_transition().to(dtype)
             duration_bias = self.duration_table(dtype)
+            if self.allowed_durations is not None:
+                duration_bias = duration_bias.masked_fill(~self.allowed_durations, float("-inf"))
+            # allowed first / last labels: -inf boundary scores at position 0 / L-1 (exact)
+            if self.allowed_starts is not None:
+                if proj_start is None:
+                    proj_start = scores.new_zeros(B, T, self.num_classes)
+                at_first = (torch.arange(T, device=lengths.device) == 0)[None, :, None]
+                proj_start = proj_start.masked_fill(at_first & ~self.allowed_starts, float("-inf"))
+            if self.allowed_ends is not None:
+                if proj_end is None:
+                    proj_end = scores.new_zeros(B, T, self.num_classes)
+                at_last = (torch.arange(T, device=lengths.device)[None, :] == (lengths - 1)[:, None])[..., None]
+                proj_end = proj_end.masked_fill(at_last & ~self.allowed_ends, float("-inf"))
         return SemiCRFOutput(
             partition=cum_scores.new_empty(0),
             cum_scores=cum_scores,
@@ -341,14 +431,16 @@ class SemiMarkovCRFHead(nn.Module):
             time_parallel=self.time_parallel,
         )
 
-    def forward(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
+    def forward(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
         """Log-partition log Z (B,) and the tensors it was built from.
 
         Args:
             hidden_states: (B, T, H) encoder features (any float dtype; autocast is fine).
             lengths: (B,) sequence lengths in [1, T].
+            mask: instead of ``lengths``, a (B, T) bool mask, True at valid positions; it must be a
+                prefix mask (True at 0 .. L-1, False after): right padding only.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             partition = semi_crf_streaming_forward(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
@@ -367,7 +459,9 @@ class SemiMarkovCRFHead(nn.Module):
             B = out.lengths.shape[0]
             if labels.dim() != 2 or tuple(labels.shape) != (B, T):
                 raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states, got {tuple(labels.shape)}")
-            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, self.max_duration, self.ignore_index)
+            # a run longer than its label's maximum is split into pieces of that maximum
+            max_d = self.max_duration if self.label_max_duration is None else self.label_max_duration
+            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index)
         else:
             lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
         return lab, starts
@@ -380,6 +474,14 @@ class SemiMarkovCRFHead(nn.Module):
         c = int(lab[b, t])
         where = f"the gold segmentation of sequence {b} has a segment [{t}, {end}) of label {c} (duration {end - t})"
         kind = int(code[b, t])
+        if kind == 1 and self.allowed_durations is not None:
+            allowed = self.allowed_durations[:, c].nonzero().reshape(-1) + 1
+            raise ValueError(f"{where}, outside the durations the head allows for label {c}: "
+                             f"[{int(allowed.min())}, {int(allowed.max())}] (min_duration / max_duration)")
+        if kind == 4 and self.allowed_starts is not None and t == 0:
+            raise ValueError(f"the gold segmentation of sequence {b} starts with label {c}, which allowed_starts forbids")
+        if kind == 5 and self.allowed_ends is not None and end == int(out.lengths[b]):
+            raise ValueError(f"the gold segmentation of sequence {b} ends with label {c}, which allowed_ends forbids")
         if kind == 2:
             c_prev = int(lab[b, t - 1])
             raise ValueError(
@@ -388,11 +490,12 @@ class SemiMarkovCRFHead(nn.Module):
             )
         raise ValueError(f"{where} that the model forbids: {FORBIDDEN_REASONS[kind]}")
 
-    def gold_score(self, hidden_states: torch.Tensor, lengths, labels=None, segments=None, out=None) -> torch.Tensor:
+    def gold_score(self, hidden_states: torch.Tensor, lengths=None, labels=None, segments=None, out=None, *,
+                   mask=None) -> torch.Tensor:
         """Score (B,) of the given segmentation, with exactly the partition's terms (``-inf`` for
         a segmentation that uses a forbidden duration, transition or first label)."""
         if out is None:
-            out = self.build(hidden_states, lengths)
+            out = self.build(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             return gold_score(
@@ -403,17 +506,19 @@ class SemiMarkovCRFHead(nn.Module):
     def compute_loss(
         self,
         hidden_states: torch.Tensor,
-        lengths,
+        lengths=None,
         labels: Optional[torch.Tensor] = None,
         segments: Optional[Sequence[Sequence]] = None,
         reduction: str = "mean",
         zero_infinity: bool = False,
+        *,
+        mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Negative log-likelihood ``log Z - score(gold)`` of the gold segmentation.
 
         Args:
             hidden_states: (B, T, H) encoder features.
-            lengths: (B,) sequence lengths.
+            lengths: (B,) sequence lengths (or pass ``mask``).
             labels: (B, T) per-position labels, ``ignore_index`` past each length. Each run of one
                 label is one segment; a run longer than K is split into pieces of K positions (the
                 last holds the rest) joined by the same-label transition ``Tr[c, c]``.
@@ -428,14 +533,16 @@ class SemiMarkovCRFHead(nn.Module):
                 gold segmentation); ``True`` gives such a sequence loss 0 and zero gradients (as
                 ``torch.nn.CTCLoss(zero_infinity=True)``).
 
+            mask: instead of ``lengths``, a (B, T) bool prefix mask, True at valid positions.
+
         Returns:
             The NLL, >= 0 up to float rounding.
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        out = self.forward(hidden_states, lengths)
+        out = self.forward(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
-        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts)
+        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start, out.proj_end)
         # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
         infinite = torch.isneginf(out.partition) | (code > 0).any(1)
         if not zero_infinity and bool(infinite.any()):
@@ -463,18 +570,49 @@ class SemiMarkovCRFHead(nn.Module):
             return nll.sum() / out.lengths.sum().to(nll.dtype)
         return nll.mean()
 
+    def log_prob(
+        self,
+        hidden_states: torch.Tensor,
+        lengths=None,
+        labels: Optional[torch.Tensor] = None,
+        segments: Optional[Sequence[Sequence]] = None,
+        zero_infinity: bool = False,
+        *,
+        mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Log-likelihood ``log P(gold | x) = score(gold) - log Z`` of each sequence, (B,), <= 0.
+
+        The sign is that of a log-probability: maximise it, or minimise
+        ``-head.log_prob(...).mean()``, which equals ``head.compute_loss(...)`` (the NLL). Takes
+        the arguments of :meth:`compute_loss` (without ``reduction``) and raises for the same
+        impossible sequences unless ``zero_infinity=True`` (then their value is 0).
+
+        Example:
+            >>> _ = torch.manual_seed(0)
+            >>> head = SemiMarkovCRFHead(num_classes=2, max_duration=3, hidden_dim=4)
+            >>> h, mask = torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]).bool()
+            >>> lp = head.log_prob(h, labels=torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, -100, -100]]), mask=mask)
+            >>> lp.shape, bool((lp <= 0).all())
+            (torch.Size([2]), True)
+        """
+        return -self.compute_loss(hidden_states, lengths, labels, segments, reduction="none",
+                                  zero_infinity=zero_infinity, mask=mask)
+
     # ------------------------------------------------------------------ inference
 
     @torch.no_grad()
-    def decode(self, hidden_states: torch.Tensor, lengths):
+    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None):
         """Viterbi: the best segmentation of each sequence.
 
         Returns:
-            The engine's ``ViterbiResult``: ``scores`` (B,), ``labels`` (B, T) long with -1 past each
-            length, and ``segments``, a list (per sequence) of
-            :class:`~torch_semimarkov.streaming.segments.Segment` tiling ``[0, length)``.
+            The engine's :class:`~torch_semimarkov.ViterbiResult`, tensor-first and on the device of
+            ``hidden_states``: ``scores`` (B,), ``labels`` (B, T) long with -1 past each length,
+            ``segment_starts`` / ``segment_ends`` (exclusive) / ``segment_labels`` (N,) for every
+            segment of the batch and ``segment_offsets`` (B+1,) (sequence b owns
+            ``[offsets[b], offsets[b+1])``); ``.segments`` builds Python lists of
+            :class:`~torch_semimarkov.Segment` on request.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             return semi_crf_streaming_viterbi(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
@@ -482,7 +620,7 @@ class SemiMarkovCRFHead(nn.Module):
             )
 
     @torch.no_grad()
-    def marginals(self, hidden_states: torch.Tensor, lengths) -> Posterior:
+    def marginals(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> Posterior:
         """Posterior marginals from one forward-backward pass.
 
         Returns:
@@ -490,7 +628,7 @@ class SemiMarkovCRFHead(nn.Module):
             (B, T) (P(a segment starts at t); 1 at t = 0), per-position entropy (B, T) in nats, the
             start/end marginals (B, T, C) and log Z (B,). Everything is 0 past each length.
         """
-        out = self.build(hidden_states, lengths)
+        out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             m = semi_crf_streaming_marginals(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,

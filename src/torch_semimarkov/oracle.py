@@ -99,8 +99,8 @@ def _prepare(cum_scores, transition, duration_bias, lengths, K, proj_start, proj
     if tuple(D.shape) != (K, C):
         raise ValueError(f"duration_bias must be (K, C) = ({K}, {C}), got {tuple(D.shape)}")
     zeros = S.new_zeros(B, T, C)
-    ps = zeros if proj_start is None else proj_start.to(torch.float64)
-    pe = zeros if proj_end is None else proj_end.to(torch.float64)
+    ps = zeros if proj_start is None else _forbid(proj_start)
+    pe = zeros if proj_end is None else _forbid(proj_end)
     lens = [int(x) for x in torch.as_tensor(lengths).reshape(-1).tolist()]
     if len(lens) != B or min(lens) < 1 or max(lens) > T:
         raise ValueError(f"lengths must be {B} integers in [1, {T}], got {lens}")

@@ -197,8 +197,8 @@ class GeneStructureHead(SemiMarkovCRFHead):
     def crf_parameters(self) -> List[torch.Tensor]:
         return super().crf_parameters() + [self.raw_stop_penalty]
 
-    def build(self, hidden_states: torch.Tensor, lengths) -> SemiCRFOutput:
-        out = super().build(hidden_states, lengths)
+    def build(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
+        out = super().build(hidden_states, lengths, mask=mask)
         B, T, _ = hidden_states.shape
         dtype = out.cum_scores.dtype
         dev = hidden_states.device

@@ -21,7 +21,7 @@ from .pytorch_reference import (
     semi_crf_streaming_viterbi_pytorch,
 )
 from .backends import numba_engine, resolve_backend
-from .segments import Segment, segments_from_boundaries
+from .segments import Segment, segment_lists, segment_tensors
 from .validation import StreamingInputs, validate_streaming_inputs
 
 _TRITON = None  # the Triton launch module, or False once probed and found unusable
@@ -360,23 +360,23 @@ class _ViterbiScore(torch.autograd.Function):
             cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, options.num_warps,
             time_parallel=options.time_parallel, backend=backend, _validated=inp,
         )
-        ctx.save_for_backward(cum_scores, transition, lengths, result.labels)
-        ctx.segments, ctx.K = result.segments, K
+        seg_batch = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), result.num_segments)
+        ctx.save_for_backward(cum_scores, transition, result.labels, seg_batch, result.segment_starts,
+                              result.segment_ends, result.segment_labels)
+        ctx.K = K
         return result.scores
 
     @staticmethod
     def backward(ctx, grad_output):
-        cum_scores, transition, lengths, labels = ctx.saved_tensors
+        cum_scores, transition, labels, b_idx, s_idx, e_idx, c_idx = ctx.saved_tensors
         B, T1, C = cum_scores.shape
         K, dtype, device = ctx.K, cum_scores.dtype, cum_scores.device
         need = ctx.needs_input_grad
-        rows = [(b, s, e, c) for b, segs in enumerate(ctx.segments) for s, e, c in segs]
         p_start = torch.zeros(B, T1 - 1, C, dtype=dtype, device=device)
         p_end = torch.zeros_like(p_start)
         grad_db = torch.zeros(K, C, dtype=dtype, device=device)
         grad_tr = torch.zeros_like(transition)
-        if rows:
-            b_idx, s_idx, e_idx, c_idx = (torch.tensor(x, device=device) for x in zip(*rows))
+        if b_idx.numel():
             weight = grad_output.to(dtype)[b_idx]
             p_start.index_put_((b_idx, s_idx, c_idx), weight, accumulate=True)
             p_end.index_put_((b_idx, e_idx - 1, c_idx), weight, accumulate=True)
@@ -413,19 +413,68 @@ class _ViterbiScore(torch.autograd.Function):
         )
 
 
-class ViterbiResult(NamedTuple):
-    """Best segmentations: ``scores`` (B,), ``labels`` (B, T) long (-1 past each length) and
-    ``segments``, for each sequence the list of :class:`Segment` tiling 0..L-1.
+class ViterbiResult:
+    """Best segmentations of a batch, tensor-first.
+
+    Attributes:
+        scores: (B,) the best segmentation's score (its unnormalised log-probability), ``-inf``
+            for a sequence the model allows no segmentation of.
+        labels: (B, T) long, the label of each position, -1 past each length (and everywhere for
+            a sequence with no segmentation).
+        segment_starts, segment_ends, segment_labels: (N,) long, every segment of the batch in
+            order (``end`` exclusive), on the device of the inputs.
+        segment_offsets: (B+1,) long: sequence b owns segments ``offsets[b] .. offsets[b+1]-1``.
+        segments: for each sequence the list of :class:`Segment` tiling ``0 .. L-1``, built on
+            first access (one device-to-host transfer and a Python object per segment: at
+            B = 1024, T = 1000 that costs far more than decoding, so prefer the tensors).
 
     The best segmentation is the most probable one under the model whose log-partition
-    :func:`semi_crf_streaming_forward` computes, and ``scores`` is its score (its unnormalised
-    log-probability). A sequence that the model allows no segmentation of has score ``-inf``,
-    labels -1 at every position and no segments.
+    :func:`semi_crf_streaming_forward` computes.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_viterbi
+        >>> cum = torch.nn.functional.pad(torch.randn(2, 12, 3).cumsum(1), (0, 0, 1, 0))
+        >>> out = semi_crf_streaming_viterbi(cum, torch.zeros(3, 3), torch.zeros(4, 3), torch.tensor([12, 7]), 4)
+        >>> o = out.segment_offsets
+        >>> int(out.segment_starts[o[1]]), int(out.segment_ends[o[2] - 1])  # sequence 1: 0 .. 7
+        (0, 7)
     """
 
-    scores: torch.Tensor
-    labels: torch.Tensor
-    segments: List[List[Segment]]
+    __slots__ = ("scores", "labels", "segment_starts", "segment_ends", "segment_labels", "segment_offsets",
+                 "_segments")
+
+    def __init__(self, scores, labels, segment_starts, segment_ends, segment_labels, segment_offsets):
+        self.scores = scores
+        self.labels = labels
+        self.segment_starts = segment_starts
+        self.segment_ends = segment_ends
+        self.segment_labels = segment_labels
+        self.segment_offsets = segment_offsets
+        self._segments = None
+
+    @classmethod
+    def from_boundaries(cls, scores: torch.Tensor, labels: torch.Tensor, starts: torch.Tensor,
+                        lengths: torch.Tensor) -> "ViterbiResult":
+        """From per-position labels and segment-start flags (B, T), as the engines return them."""
+        return cls(scores, labels, *segment_tensors(labels, starts, lengths))
+
+    @property
+    def segments(self) -> List[List[Segment]]:
+        if self._segments is None:
+            self._segments = segment_lists(self.segment_starts, self.segment_ends, self.segment_labels,
+                                           self.segment_offsets)
+        return self._segments
+
+    @property
+    def num_segments(self) -> torch.Tensor:
+        """(B,) long: the number of segments of each sequence."""
+        return self.segment_offsets.diff()
+
+    def __repr__(self) -> str:
+        B, T = self.labels.shape
+        return (f"ViterbiResult(batch={B}, T={T}, segments={self.segment_starts.numel()}, "
+                f"device={self.labels.device})")
 
 
 def semi_crf_streaming_viterbi(
@@ -456,15 +505,19 @@ def semi_crf_streaming_viterbi(
     segments.
 
     Returns:
-        :class:`ViterbiResult` ``(scores, labels, segments)``. Not differentiable.
+        :class:`ViterbiResult`: ``scores`` (B,), ``labels`` (B, T) and the segments as tensors
+        (``segment_starts``, ``segment_ends``, ``segment_labels``, ``segment_offsets``), all on the
+        device of the inputs; ``segments`` builds Python lists on request. Not differentiable.
 
     Example:
         >>> import torch
         >>> from torch_semimarkov import semi_crf_streaming_viterbi
         >>> cum = torch.nn.functional.pad(torch.randn(1, 12, 3).cumsum(1), (0, 0, 1, 0))
         >>> out = semi_crf_streaming_viterbi(cum, torch.zeros(3, 3), torch.zeros(4, 3), torch.tensor([12]), 4)
-        >>> out.segments[0][0].start, out.segments[0][-1].end
+        >>> int(out.segment_starts[0]), int(out.segment_ends[-1])  # the segments tile 0 .. 12
         (0, 12)
+        >>> out.segments[0][0].start  # Python lists, built on request
+        0
     """
     _check_num_warps(num_warps)
     inp = _validated or validate_streaming_inputs(
@@ -484,15 +537,8 @@ def semi_crf_streaming_viterbi(
             scores, labels, starts = numba_engine().semi_crf_streaming_viterbi_numba(*args)
         else:
             scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
-    # one device-to-host transfer for labels, segment starts and lengths
-    host = torch.cat([labels, starts.to(labels.dtype), inp.lengths[:, None]], 1).cpu().numpy()
-    T = labels.shape[1]
-    labels_np, starts_np = host[:, :T], host[:, T : 2 * T].astype(bool)
-    lens = host[:, 2 * T].tolist()
-    # a sequence with no allowed segmentation (score -inf) has no segments
-    segments = [segments_from_boundaries(labels_np[b], starts_np[b], lens[b]) if starts_np[b, 0] else []
-                for b in range(len(lens))]
-    return ViterbiResult(scores, labels, segments)
+    # a sequence with no allowed segmentation (score -inf) has no starts, hence no segments
+    return ViterbiResult.from_boundaries(scores, labels, starts, inp.lengths)
 
 
 class MarginalsResult(NamedTuple):

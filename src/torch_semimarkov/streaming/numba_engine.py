@@ -133,8 +133,8 @@ class _Inputs:
         self.t_max = int(self.lengths.max())
         dummy = np.zeros((1, 1, C))
         self.has_ps, self.has_pe = proj_start is not None, proj_end is not None
-        self.ps = _f64(proj_start) if self.has_ps else dummy
-        self.pe = _f64(proj_end) if self.has_pe else dummy
+        self.ps = np.ascontiguousarray(_forbid(_f64(proj_start))) if self.has_ps else dummy
+        self.pe = np.ascontiguousarray(_forbid(_f64(proj_end))) if self.has_pe else dummy
         self.direct = transition.dim() == 3
         self.Tr = np.ascontiguousarray(_forbid(_f64(transition)))
         self.D = np.ascontiguousarray(_forbid(_f64(duration_bias)))

@@ -43,6 +43,57 @@ def segments_from_boundaries(labels: np.ndarray, starts: np.ndarray, length: int
     return list(map(tuple.__new__, itertools.repeat(Segment, len(begin)), rows))
 
 
+def segment_tensors(labels: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor):
+    """Segments of a batch as flat tensors, on the device of ``labels``, without a Python loop.
+
+    Args:
+        labels: (B, T) long per-position labels (-1 past each length).
+        starts: (B, T) bool, True where a segment starts (all False for a sequence with no
+            segmentation).
+        lengths: (B,) lengths.
+
+    Returns:
+        ``(segment_starts, segment_ends, segment_labels, segment_offsets)``: the first three (N,)
+        long, ends exclusive, concatenated over the batch in order; ``segment_offsets`` (B+1,) long,
+        sequence b owns ``[offsets[b], offsets[b+1])``.
+
+    Example:
+        >>> lab = torch.tensor([[0, 0, 1, -1], [2, 2, 2, 2]])
+        >>> st = torch.tensor([[True, False, True, False], [True, False, True, False]])
+        >>> s, e, c, o = segment_tensors(lab, st, torch.tensor([3, 4]))
+        >>> s.tolist(), e.tolist(), c.tolist(), o.tolist()
+        ([0, 2, 0, 2], [2, 3, 2, 4], [0, 1, 2, 2], [0, 2, 4])
+    """
+    B, T = labels.shape
+    dev = labels.device
+    lengths = lengths.to(device=dev, dtype=torch.long)
+    valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
+    b, s = (starts.bool() & valid).nonzero(as_tuple=True)
+    counts = torch.bincount(b, minlength=B)
+    offsets = torch.zeros(B + 1, dtype=torch.long, device=dev)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    # a segment ends where the next one of its sequence starts, the last one at the length
+    nxt = torch.roll(s, -1)
+    last = torch.ones_like(b, dtype=torch.bool)
+    if b.numel() > 1:
+        last[:-1] = b[1:] != b[:-1]
+    ends = torch.where(last, lengths[b], nxt)
+    return s, ends, labels[b, s], offsets
+
+
+def segment_lists(starts: torch.Tensor, ends: torch.Tensor, seg_labels: torch.Tensor,
+                  offsets: torch.Tensor) -> List[List[Segment]]:
+    """Python lists of :class:`Segment` per sequence from :func:`segment_tensors`' output (one
+    device-to-host transfer)."""
+    host = torch.stack([starts, ends, seg_labels]).cpu().numpy() if starts.numel() else np.zeros((3, 0), np.int64)
+    off = offsets.cpu().tolist()
+    out = []
+    for b in range(len(off) - 1):
+        rows = zip(*(host[:, off[b]:off[b + 1]].tolist()))
+        out.append(list(map(tuple.__new__, itertools.repeat(Segment, off[b + 1] - off[b]), rows)))
+    return out
+
+
 def labels_to_segments(labels: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> List[List[Segment]]:
     """Split per-position labels into segments: each maximal run of one label is one segment.
 

@@ -24,8 +24,8 @@ SEMIRINGS = ("log", "max")
 class StreamingInputs:
     """Validated and normalised inputs of the streaming semi-CRF.
 
-    ``transition`` and ``duration_bias`` are cast to the dtype of ``cum_scores`` with every forbidden
-    entry (``-inf`` or ``<= NEG_INF``) replaced by ``IMPOSSIBLE``; ``lengths`` is an int64 tensor on
+    ``transition``, ``duration_bias`` and the projections are cast to the dtype of ``cum_scores``
+    with every forbidden entry (``-inf`` or ``<= NEG_INF``) replaced by ``IMPOSSIBLE``; ``lengths`` is an int64 tensor on
     the device of ``cum_scores``; ``K`` is a Python int.
     """
 
@@ -76,6 +76,55 @@ def check_lengths(lengths, B: int) -> torch.Tensor:
     return lengths
 
 
+def lengths_from(lengths, mask, B: int, T: int) -> torch.Tensor:
+    """(B,) lengths from exactly one of ``lengths`` and a (B, T) prefix ``mask`` (the head's
+    ``mask=``), with errors that name the argument and say what is wrong.
+
+    Example:
+        >>> lengths_from(None, torch.tensor([[True, True, False], [True, True, True]]), 2, 3)
+        tensor([2, 3])
+    """
+    if mask is None:
+        if lengths is None:
+            raise TypeError("pass lengths (a (batch,) tensor of sequence lengths) or mask (a (batch, T) bool tensor)")
+        if isinstance(lengths, torch.Tensor) and (lengths.dtype == torch.bool or lengths.dim() == 2):
+            raise ValueError(
+                f"lengths must be a (batch,) tensor of integers, got a {lengths.dtype} tensor of shape "
+                f"{_shape(lengths)}: to pass a (batch, T) mask of valid positions use mask= instead"
+            )
+        return check_lengths(lengths, B)
+    if lengths is not None:
+        raise ValueError("pass either lengths or mask, not both")
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a (batch, T) bool tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != (B, T):
+        raise ValueError(f"mask must have shape (batch, T) = ({B}, {T}) like hidden_states, got {_shape(mask)}")
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.is_complex():
+            raise ValueError(f"mask must be a bool tensor (True at valid positions), got dtype {mask.dtype}")
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("mask must hold only 0/1 (or be a bool tensor)")
+        mask = mask.bool()
+    lengths = mask.sum(1)
+    prefix = torch.arange(T, device=mask.device)[None, :] < lengths[:, None]
+    # an empty row fits the prefix pattern but is no sequence: report it with the other mistakes
+    wrong = (mask != prefix) | (lengths == 0)[:, None]
+    if bool(wrong.any()):
+        b = int(wrong.any(1).nonzero()[0])
+        row = mask[b]
+        if not bool(row[0]):
+            what = ("it is all False (an empty sequence)" if not bool(row.any())
+                    else f"it starts with False (left padding? its first True is at position {int(row.nonzero()[0])})")
+        else:
+            hole = int((~row).nonzero()[0])
+            what = f"it has a hole: False at position {hole} and True again at position {int(row[hole:].nonzero()[0]) + hole}"
+        raise ValueError(
+            f"mask must be a prefix mask (True at positions 0 .. L-1 and False after: right padding only), "
+            f"but in sequence {b} {what}"
+        )
+    return lengths
+
+
 def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
@@ -97,7 +146,7 @@ def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
     n_nan = int(torch.isnan(t).sum())
     if allow_neg_inf:
         n_inf = int((t == float("inf")).sum())
-        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed and forbids a move)")
+        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what the entry scores)")
     n_inf = int(torch.isinf(t).sum())
     raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
 
@@ -229,7 +278,8 @@ def validate_streaming_inputs(
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
 
     floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
-    floats += [(name, p, False) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
+    # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
+    floats += [(name, p, True) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
     _check_values(floats, lengths, T)
 
     if checkpoint_interval is not None:
@@ -244,6 +294,6 @@ def validate_streaming_inputs(
         duration_bias=forbid(duration_bias.to(dtype)),
         lengths=lengths.to(device=device, dtype=torch.int64),
         K=K,
-        proj_start=None if proj_start is None else proj_start.to(dtype),
-        proj_end=None if proj_end is None else proj_end.to(dtype),
+        proj_start=None if proj_start is None else forbid(proj_start.to(dtype)),
+        proj_end=None if proj_end is None else forbid(proj_end.to(dtype)),
     )
