@@ -170,3 +170,85 @@ def test_checkpointed_recompute_is_bitwise_and_interval_independent(kcc):
         if first is None:
             first = grads
         assert all(torch.equal(a, b) for a, b in zip(grads, first))
+
+
+def _head_model(validate, **head):
+    from torch_semimarkov import SemiMarkovCRFHead
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Conv1d(6, 12, 5, padding=2)
+            self.head = SemiMarkovCRFHead(num_classes=4, max_duration=12, hidden_dim=12, validate=validate, **head)
+
+        def forward(self, x, lengths, labels):
+            return self.head.compute_loss(self.enc(x.transpose(1, 2)).transpose(1, 2), lengths, labels)
+
+    return Model().cuda()
+
+
+def _gpu_batch(T, lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(lengths), T, 6, generator=g)
+    labels = torch.randint(0, 4, (len(lengths), T), generator=g)
+    for b, L in enumerate(lengths):
+        labels[b, L:] = -100
+    return x.cuda(), torch.tensor(lengths).cuda(), labels.cuda()
+
+
+@pytest.mark.parametrize("time_parallel", [False, True])
+def test_training_step_never_syncs_without_validation(time_parallel):
+    """validate=False: forward and backward of the loss run with CUDA sync debug mode 'error'."""
+    model = _head_model(False, boundary_scores=True, time_parallel=time_parallel)
+    batch = _gpu_batch(3000, [3000, 1700], seed=0)
+    model(*batch).backward()  # warm-up (first launches compile the kernels)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = model(*batch)
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.isfinite(loss)
+
+
+def test_compiled_training_step_on_cuda_equals_eager():
+    """inductor on CUDA, fullgraph, dynamic T: equal to eager, one graph for new lengths and T."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = _head_model(False, boundary_scores=True)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for i, (T, lengths) in enumerate([(500, [500, 300]), (500, [123, 500]), (777, [777, 40])]):
+        batch = _gpu_batch(T, lengths, seed=i)
+        model.zero_grad()
+        loss_c = compiled(*batch)
+        loss_c.backward()
+        grads_c = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        loss_e = model(*batch)
+        loss_e.backward()
+        assert_close(loss_c.detach(), loss_e.detach(), rtol=1e-4, atol=1e-4)
+        for a, b in zip(grads_c, (p.grad for p in model.parameters())):
+            assert_close(a, b, rtol=1e-3, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_operators_carry_the_triton_state(kcc):
+    """torch.ops.torch_semimarkov.forward / backward on CUDA: the flattened Triton state gives the
+    gradients of the PyTorch path."""
+    from torch_semimarkov import semi_crf_streaming_forward
+
+    inp = _cuda(make_inputs(3, 700, 9, 5, lengths=[700, 400, 3], duration_transitions=kcc, proj="both", seed=11))
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+    grads = {}
+    for backend in ("triton", "torch"):
+        leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
+        z = semi_crf_streaming_forward(**dict(inp, **leaves), backend=backend)
+        z.sum().backward()
+        grads[backend] = [leaves[k].grad for k in names]
+    for a, b in zip(grads["triton"], grads["torch"]):
+        assert_close(a, b, rtol=2e-4, atol=2e-4)

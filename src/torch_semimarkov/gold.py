@@ -43,12 +43,28 @@ def _valid_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
     return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def _raise_bad_labels(labels, lengths, num_classes, ignore_index, bad_inside, bad_outside):
+    if bool(bad_inside.any()):
+        b, t = (int(i) for i in bad_inside.nonzero()[0])
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}) inside each sequence; sequence {b} has label "
+            f"{int(labels[b, t])} at position {t} < length {int(lengths[b])}"
+        )
+    b, t = (int(i) for i in bad_outside.nonzero()[0])
+    raise ValueError(
+        f"labels past a sequence's length must be ignore_index={ignore_index}; sequence {b} has "
+        f"label {int(labels[b, t])} at position {t} >= length {int(lengths[b])} "
+        "(are the lengths right?)"
+    )
+
+
 def labels_to_starts(
     labels: torch.Tensor,
     lengths: torch.Tensor,
     num_classes: int,
     max_duration,
     ignore_index: int = -100,
+    check: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Validate per-position labels and turn them into (labels, segment starts).
 
@@ -62,6 +78,8 @@ def labels_to_starts(
         num_classes: C.
         max_duration: K, or a (C,) integer tensor of per-label maxima.
         ignore_index: the padding label expected past each sequence's length.
+        check: raise for labels out of range (one device-to-host transfer); ``False`` skips the
+            check and clamps such labels into [0, C) instead.
 
     Returns:
         ``labels`` (B, T) long with 0 past the length, and ``starts`` (B, T) bool.
@@ -86,24 +104,16 @@ def labels_to_starts(
     labels = labels.to(device=lengths.device, dtype=torch.long)
     valid = _valid_mask(lengths, T)
     bad_inside = valid & ((labels < 0) | (labels >= num_classes))
-    if bool(bad_inside.any()):
-        b, t = (int(i) for i in bad_inside.nonzero()[0])
-        raise ValueError(
-            f"labels must lie in [0, {num_classes}) inside each sequence; sequence {b} has label "
-            f"{int(labels[b, t])} at position {t} < length {int(lengths[b])}"
-        )
     bad_outside = (~valid) & (labels != ignore_index)
-    if bool(bad_outside.any()):
-        b, t = (int(i) for i in bad_outside.nonzero()[0])
-        raise ValueError(
-            f"labels past a sequence's length must be ignore_index={ignore_index}; sequence {b} has "
-            f"label {int(labels[b, t])} at position {t} >= length {int(lengths[b])} "
-            "(are the lengths right?)"
-        )
+    if not check:
+        labels = labels.clamp(0, num_classes - 1)
+    elif bool((bad_inside | bad_outside).any()):  # one transfer; the details only on failure
+        _raise_bad_labels(labels, lengths, num_classes, ignore_index, bad_inside, bad_outside)
     labels = torch.where(valid, labels, torch.zeros_like(labels))
     idx = torch.arange(T, device=labels.device).expand(B, T)
-    change = torch.ones_like(valid)
-    change[:, 1:] = labels[:, 1:] != labels[:, :-1]
+    # concatenations, not slice assignments into bool tensors: inductor's CPU code for the latter
+    # does not compile (torch 2.13)
+    change = torch.cat([torch.ones_like(valid[:, :1]), labels[:, 1:] != labels[:, :-1]], dim=1)
     # position of each t inside its run of equal labels
     run_start = torch.cummax(torch.where(change, idx, torch.zeros_like(idx)), dim=1).values
     pos_in_run = idx - run_start
@@ -202,8 +212,7 @@ def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
     valid = _valid_mask(lengths, T)
     starts = starts.to(cum_scores.device) & valid
     # a segment's last position e: the next position starts a segment or is past the length
-    next_start = torch.ones_like(starts)
-    next_start[:, :-1] = starts[:, 1:] | ~valid[:, 1:]
+    next_start = torch.cat([starts[:, 1:] | ~valid[:, 1:], torch.ones_like(starts[:, :1])], dim=1)
     ends = valid & next_start
     y = labels.clamp(0, C - 1)
     # duration of the segment that starts at each start position
@@ -211,10 +220,8 @@ def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
     seg_len = torch.zeros(B, T, dtype=torch.long, device=cum_scores.device)
     seg_len.scatter_add_(1, seg_id, valid.long())
     k_idx = (seg_len.gather(1, seg_id) - 1).clamp(0, K - 1)
-    y_prev = torch.zeros_like(y)
-    y_prev[:, 1:] = y[:, :-1]
-    first = torch.zeros_like(starts)
-    first[:, 0] = True
+    y_prev = torch.cat([torch.zeros_like(y[:, :1]), y[:, :-1]], dim=1)
+    first = (torch.arange(T, device=starts.device) == 0)[None, :].expand(B, T)
     return valid, starts, ends, y, y_prev, first, k_idx
 
 

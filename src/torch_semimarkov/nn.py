@@ -19,6 +19,7 @@ from torch import nn
 from .durations import DurationDistribution, make_duration
 from .gold import FORBIDDEN_REASONS, forbidden_terms, gold_score, labels_to_starts, segments_to_starts
 from .streaming.autograd import (
+    _debug,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
@@ -112,6 +113,13 @@ class SemiMarkovCRFHead(nn.Module):
         time_parallel: the GPU engine (see ``semi_crf_streaming_forward``): None (default) runs
             parallel over time when the batch alone cannot fill the GPU, False one program per
             sequence, True parallel whenever available.
+        validate: check values that need a device-to-host transfer (default True): the engine's
+            inputs (one transfer), a ``mask``'s prefix form, gold labels in range, and that no loss
+            is infinite unless ``zero_infinity``. ``False`` skips all of them, so a training step
+            never synchronises with the GPU (and ``torch.compile`` captures it whole); wrong
+            inputs then give wrong (or infinite) losses instead of errors. An attribute: set
+            ``head.validate = False`` after a first checked batch. NaN in the projected scores is
+            reported by the engine's check (``TORCH_SEMIMARKOV_DEBUG=1`` checks it in the head too).
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -147,6 +155,7 @@ class SemiMarkovCRFHead(nn.Module):
         min_duration: Union[None, int, Sequence[int]] = None,
         allowed_starts: Optional[torch.Tensor] = None,
         allowed_ends: Optional[torch.Tensor] = None,
+        validate: bool = True,
     ):
         super().__init__()
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral):
@@ -173,6 +182,7 @@ class SemiMarkovCRFHead(nn.Module):
         self.use_triton = use_triton
         self.backend = backend
         self.time_parallel = time_parallel
+        self.validate = bool(validate)
         self.checkpoint_interval = checkpoint_interval
         self.cumsum_dtype = cumsum_dtype
         self.ignore_index = ignore_index
@@ -331,11 +341,9 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(
                 f"hidden_states must hold at least one sequence of at least one position, got shape {tuple(hidden_states.shape)}"
             )
-        lengths = lengths_from(lengths, mask, B, T).to(device=hidden_states.device, dtype=torch.long)
-        lo, hi = int(lengths.min()), int(lengths.max())
-        if lo < 1 or hi > T:
-            raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]")
-        return lengths
+        # the range of lengths is checked by the engine, in its one transfer
+        return lengths_from(lengths, mask, B, T, check=self.validate).to(device=hidden_states.device,
+                                                                           dtype=torch.long)
 
     @staticmethod
     def _check_finite(scores: torch.Tensor, valid: torch.Tensor) -> None:
@@ -377,7 +385,8 @@ class SemiMarkovCRFHead(nn.Module):
         proj_start = proj_end = None
         if self.proj_start is not None:
             proj_start, proj_end = self.proj_start(hidden_states), self.proj_end(hidden_states)
-        self._check_finite(scores, valid)
+        if _debug():
+            self._check_finite(scores, valid)
         with torch.autocast(device_type=device_type, enabled=False):
             scores = scores.to(dtype)
             zero = scores.new_zeros(())
@@ -385,8 +394,7 @@ class SemiMarkovCRFHead(nn.Module):
             # centring per sequence and label over valid positions keeps |cum_scores| at O(sqrt(T))
             scores = torch.where(valid, scores - mean, zero)
             if self.start_scores is not None:
-                first = torch.zeros(1, T, 1, dtype=torch.bool, device=scores.device)
-                first[:, 0] = True
+                first = (torch.arange(T, device=scores.device) == 0)[None, :, None]
                 last = torch.arange(T, device=lengths.device)[None, :, None] == (lengths - 1)[:, None, None]
                 scores = scores + torch.where(first, self.start_scores.to(dtype), zero)
                 scores = scores + torch.where(last, self.end_scores.to(dtype), zero)
@@ -423,6 +431,7 @@ class SemiMarkovCRFHead(nn.Module):
 
     def _engine_kwargs(self, out: SemiCRFOutput) -> dict:
         return dict(
+            validate=self.validate,
             proj_start=out.proj_start,
             proj_end=out.proj_end,
             use_triton=self.use_triton,
@@ -442,11 +451,30 @@ class SemiMarkovCRFHead(nn.Module):
         """
         out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            partition = semi_crf_streaming_forward(
-                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                **self._engine_kwargs(out),
-            )
+            if torch.compiler.is_compiling():
+                partition = semi_crf_streaming_forward(
+                    out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                    **self._engine_kwargs(out))
+                return out._replace(partition=partition)
+            try:
+                partition = semi_crf_streaming_forward(
+                    out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                    **self._engine_kwargs(out))
+            except ValueError as exc:
+                if "cum_scores contains" in str(exc):
+                    # only on failure: say where the non-finite score came from
+                    self._rebuild_for_error(hidden_states, out)
+                raise
         return out._replace(partition=partition)
+
+    def _rebuild_for_error(self, hidden_states: torch.Tensor, out: SemiCRFOutput) -> None:
+        T = hidden_states.shape[1]
+        valid = (torch.arange(T, device=out.lengths.device)[None, :] < out.lengths[:, None])[..., None]
+        h = torch.where(valid, hidden_states, hidden_states.new_zeros(()))
+        if self.projection is not None and h.dtype != self.projection.weight.dtype:
+            h = h.to(self.projection.weight.dtype)
+        with torch.no_grad():
+            self._check_finite(h if self.projection is None else self.projection(h), valid)
 
     # ------------------------------------------------------------------ loss
 
@@ -461,7 +489,8 @@ class SemiMarkovCRFHead(nn.Module):
                 raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states, got {tuple(labels.shape)}")
             # a run longer than its label's maximum is split into pieces of that maximum
             max_d = self.max_duration if self.label_max_duration is None else self.label_max_duration
-            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index)
+            lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index,
+                                           check=self.validate)
         else:
             lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
         return lab, starts
@@ -545,7 +574,7 @@ class SemiMarkovCRFHead(nn.Module):
         code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start, out.proj_end)
         # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
         infinite = torch.isneginf(out.partition) | (code > 0).any(1)
-        if not zero_infinity and bool(infinite.any()):
+        if self.validate and not zero_infinity and bool(infinite.any()):
             b = int(infinite.nonzero()[0])
             if bool(torch.isneginf(out.partition[b])):
                 raise ValueError(

@@ -21,8 +21,9 @@ from .pytorch_reference import (
     semi_crf_streaming_viterbi_pytorch,
 )
 from .backends import numba_engine, resolve_backend
+from . import ops
 from .segments import Segment, segment_lists, segment_tensors
-from .validation import StreamingInputs, validate_streaming_inputs
+from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
 
 _TRITON = None  # the Triton launch module, or False once probed and found unusable
 
@@ -58,7 +59,13 @@ def triton_available() -> bool:
 
 def _backend_for(inp: StreamingInputs, use_triton: bool, backend: str) -> str:
     """``"triton"``, ``"numba"`` or ``"torch"`` for these inputs (ValueError for an unusable request)."""
-    return resolve_backend(backend, use_triton, inp.cum_scores.is_cuda, triton_available)
+    return _resolve(backend, bool(use_triton), inp.cum_scores.is_cuda)
+
+
+@torch.compiler.assume_constant_result
+def _resolve(backend: str, use_triton: bool, is_cuda: bool) -> str:
+    # a compiler takes the answer as a constant (it depends on what is installed, not on data)
+    return resolve_backend(backend, use_triton, is_cuda, triton_available)
 
 
 def _debug() -> bool:
@@ -259,6 +266,7 @@ def semi_crf_streaming_forward(
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
+    validate: bool = True,
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
 
@@ -288,6 +296,13 @@ def semi_crf_streaming_forward(
         backend: ``"auto"`` (default: Triton for CUDA tensors, the compiled CPU engine for CPU
             tensors when numba is installed, else the PyTorch path), ``"triton"``, ``"numba"`` or
             ``"torch"``; naming one that cannot run here raises ``ValueError``.
+        validate: check the values (NaN/Inf, magnitudes, lengths in [1, T]) inside the engine's
+            operator, with one device-to-host transfer (default True). ``False`` skips them and
+            the transfer (no host synchronisation at all); bad values then give wrong results.
+            Shapes, dtypes and devices are always checked (that reads no data).
+
+    The engine runs as the operator ``torch.ops.torch_semimarkov.forward`` (with a registered
+    backward), so ``torch.compile`` and ``torch.export`` see one opaque node (docs/guide.md).
 
     Returns:
         (B,) log Z (``"log"``) or best segmentation score (``"max"``), dtype of ``cum_scores``;
@@ -306,25 +321,28 @@ def semi_crf_streaming_forward(
     """
     _check_num_warps(num_warps)
     inp = validate_streaming_inputs(
-        cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval
+        cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval,
+        check_values=False,
     )
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
     name = _backend_for(inp, use_triton, backend)
-    if not needs_grad:
-        return _score_no_grad(inp, semiring, name, options)
-    if semiring == "max":
+    if needs_grad and semiring == "max":
+        if validate:
+            check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
+                               inp.proj_end)
         return _ViterbiScore.apply(
             inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start, inp.proj_end,
             (use_triton, options, name),
         )
-    fn = _FUNCTIONS[name]
-    return fn.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, inp.proj_start,
-                    inp.proj_end, options)
+    score = ops.forward_op(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring,
+                           inp.proj_start, inp.proj_end, name, bool(validate), checkpoint_interval, num_warps,
+                           time_parallel, needs_grad)[0]
+    return score.to(inp.cum_scores.dtype)
 
 
-def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions):
+def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions, dtype=None):
     """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
     with torch.no_grad():
@@ -338,7 +356,7 @@ def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: E
             score = launch.launch_forward(*args, plan=plan, save_for_backward=False)[0]
         else:
             score = semi_crf_streaming_forward_pytorch(*args, options.checkpoint_interval)[0]
-    return score.to(inp.cum_scores.dtype)
+    return score.to(dtype or inp.cum_scores.dtype)
 
 
 class _ViterbiScore(torch.autograd.Function):
@@ -490,6 +508,7 @@ def semi_crf_streaming_viterbi(
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
+    validate: bool = True,
     *,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
@@ -503,6 +522,10 @@ def semi_crf_streaming_viterbi(
     Ties break toward the smallest index (predecessor label, then duration), identically on the
     CPU and the GPU. A sequence with no allowed segmentation gets score ``-inf``, labels -1 and no
     segments.
+
+    ``validate`` is that of :func:`semi_crf_streaming_forward`. The engine runs as the operator
+    ``torch.ops.torch_semimarkov.viterbi``; the segment tensors are built from its labels and
+    start flags with tensor operations (no Python loop, no host transfer).
 
     Returns:
         :class:`ViterbiResult`: ``scores`` (B,), ``labels`` (B, T) and the segments as tensors
@@ -520,25 +543,33 @@ def semi_crf_streaming_viterbi(
         0
     """
     _check_num_warps(num_warps)
-    inp = _validated or validate_streaming_inputs(
-        cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end, checkpoint_interval
-    )
-    args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K,
-            None if inp.proj_start is None else inp.proj_start.detach(),
-            None if inp.proj_end is None else inp.proj_end.detach())
+    if _validated is not None:
+        inp, validate = _validated, False
+    else:
+        inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start,
+                                        proj_end, checkpoint_interval, check_values=False)
     name = _backend_for(inp, use_triton, backend)
+    detach = [None if t is None else t.detach()
+              for t in (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)]
     with torch.no_grad():
-        if name == "triton":
-            launch = _triton_launchers()
-            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "max", num_warps, time_parallel)
-            scores, labels, starts = launch.launch_viterbi(*args, plan=plan)
-            scores = scores.to(inp.cum_scores.dtype)
-        elif name == "numba":
-            scores, labels, starts = numba_engine().semi_crf_streaming_viterbi_numba(*args)
-        else:
-            scores, labels, starts = semi_crf_streaming_viterbi_pytorch(*args)
+        scores, labels, starts = ops.viterbi_op(detach[0], detach[1], detach[2], inp.lengths, inp.K, detach[3],
+                                                detach[4], name, bool(validate), num_warps, time_parallel)
     # a sequence with no allowed segmentation (score -inf) has no starts, hence no segments
     return ViterbiResult.from_boundaries(scores, labels, starts, inp.lengths)
+
+
+def _viterbi_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend, num_warps,
+                  time_parallel):
+    """(scores, labels, starts) of the best segmentations on one backend (validated inputs)."""
+    args = (cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+    with torch.no_grad():
+        if backend == "triton":
+            launch = _triton_launchers()
+            plan = launch.plan_for(cum_scores, transition, K, "max", num_warps, time_parallel)
+            return launch.launch_viterbi(*args, plan=plan)
+        if backend == "numba":
+            return numba_engine().semi_crf_streaming_viterbi_numba(*args)
+        return semi_crf_streaming_viterbi_pytorch(*args)
 
 
 class MarginalsResult(NamedTuple):
@@ -573,10 +604,12 @@ def semi_crf_streaming_marginals(
     checkpoint_interval: Optional[int] = None,
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
+    validate: bool = True,
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
 
-    Takes the inputs of :func:`semi_crf_streaming_forward`.
+    Takes the inputs of :func:`semi_crf_streaming_forward` (``validate`` included); runs the
+    operators ``torch.ops.torch_semimarkov.forward`` and ``.backward``.
 
     Returns:
         :class:`MarginalsResult` ``(log_Z, start, end, position, boundary)``. Not differentiable.
@@ -591,24 +624,20 @@ def semi_crf_streaming_marginals(
     """
     _check_num_warps(num_warps)
     inp = validate_streaming_inputs(
-        cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval
+        cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, checkpoint_interval,
+        check_values=False,
     )
     args = [inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K]
     ps = None if inp.proj_start is None else inp.proj_start.detach()
     pe = None if inp.proj_end is None else inp.proj_end.detach()
     name = _backend_for(inp, use_triton, backend)
+    opts = (checkpoint_interval, num_warps, time_parallel)
     with torch.no_grad():
-        if name == "numba":
-            return MarginalsResult(*numba_engine().semi_crf_streaming_marginals_numba(*args, ps, pe, checkpoint_interval))
-        if name == "triton":
-            launch = _triton_launchers()
-            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, "log", num_warps, time_parallel,
-                                   checkpoint_interval)
-            log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, save_for_backward=True)
-            p_start, p_end, _, _ = launch.launch_backward(*args, ps, pe, plan=plan, state=state)
-        else:
-            log_z, ring, interval, norms = semi_crf_streaming_forward_pytorch(*args, "log", ps, pe, checkpoint_interval)
-            p_start, p_end, _, _ = semi_crf_streaming_backward_pytorch(*args, log_z, ring, interval, norms, ps, pe)
+        log_z, state_a, state_b, meta = ops.forward_op(*args, "log", ps, pe, name, bool(validate), *opts, True)
+        # the gradients of sum_b log Z[b] with respect to the projections are the start / end marginals
+        ones = torch.ones_like(log_z)
+        _, _, _, p_start, p_end = ops.backward_op(ones, *args, ps, pe, log_z, state_a, state_b, meta, name, *opts,
+                                                  [False, False, False, True, True])
     # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
     starts64 = p_start.double().cumsum(1)
     ends64 = p_end.double().cumsum(1)

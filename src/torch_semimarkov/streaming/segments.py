@@ -68,17 +68,19 @@ def segment_tensors(labels: torch.Tensor, starts: torch.Tensor, lengths: torch.T
     dev = labels.device
     lengths = lengths.to(device=dev, dtype=torch.long)
     valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
-    b, s = (starts.bool() & valid).nonzero(as_tuple=True)
-    counts = torch.bincount(b, minlength=B)
-    offsets = torch.zeros(B + 1, dtype=torch.long, device=dev)
-    torch.cumsum(counts, 0, out=offsets[1:])
-    # a segment ends where the next one of its sequence starts, the last one at the length
-    nxt = torch.roll(s, -1)
-    last = torch.ones_like(b, dtype=torch.bool)
-    if b.numel() > 1:
-        last[:-1] = b[1:] != b[:-1]
-    ends = torch.where(last, lengths[b], nxt)
-    return s, ends, labels[b, s], offsets
+    flags = starts.bool() & valid
+    # a segment ends where the next one of its sequence starts, the last one at the length: for
+    # every position the first start after it (or the length), by a reversed running minimum over
+    # (B, T). Only static shapes before the nonzero, nothing sliced after it, so that torch.export
+    # can trace this with a data-dependent number of segments.
+    idx = torch.arange(T, device=dev)[None, :].expand(B, T)
+    cand = torch.where(flags, idx, lengths[:, None].expand(B, T))
+    after = torch.cat([cand[:, 1:], lengths[:, None]], dim=1)
+    next_start = torch.flip(torch.cummin(torch.flip(after, [1]), dim=1).values, [1])
+    b, s = flags.nonzero(as_tuple=True)
+    # b is sorted (row-major order): sequence k's segments begin at the first index with b >= k
+    offsets = torch.searchsorted(b, torch.arange(B + 1, device=dev, dtype=b.dtype))
+    return s, next_start[b, s], labels[b, s], offsets
 
 
 def segment_lists(starts: torch.Tensor, ends: torch.Tensor, seg_labels: torch.Tensor,

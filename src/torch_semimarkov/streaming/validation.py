@@ -76,7 +76,7 @@ def check_lengths(lengths, B: int) -> torch.Tensor:
     return lengths
 
 
-def lengths_from(lengths, mask, B: int, T: int) -> torch.Tensor:
+def lengths_from(lengths, mask, B: int, T: int, check: bool = True) -> torch.Tensor:
     """(B,) lengths from exactly one of ``lengths`` and a (B, T) prefix ``mask`` (the head's
     ``mask=``), with errors that name the argument and say what is wrong.
 
@@ -102,10 +102,12 @@ def lengths_from(lengths, mask, B: int, T: int) -> torch.Tensor:
     if mask.dtype != torch.bool:
         if mask.dtype.is_floating_point or mask.is_complex():
             raise ValueError(f"mask must be a bool tensor (True at valid positions), got dtype {mask.dtype}")
-        if not bool(((mask == 0) | (mask == 1)).all()):
+        if check and not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError("mask must hold only 0/1 (or be a bool tensor)")
-        mask = mask.bool()
+        mask = mask != 0
     lengths = mask.sum(1)
+    if not check:  # the caller asked for no device-to-host transfer
+        return lengths
     prefix = torch.arange(T, device=mask.device)[None, :] < lengths[:, None]
     # an empty row fits the prefix pattern but is no sequence: report it with the other mistakes
     wrong = (mask != prefix) | (lengths == 0)[:, None]
@@ -170,6 +172,8 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
         scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
         values = torch.stack(scalars).tolist()
     lo, hi = int(values[-2]), int(values[-1])
+    if lo < 1 or hi > T:  # first: a zero length makes NaN of the head's per-sequence means
+        _raise_lengths(lo, hi, T)
     i = 0
     for name, t, allow_neg_inf in floats:
         if not t.numel():
@@ -187,14 +191,16 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
                 f"{name} holds values of magnitude up to {big:.3g}; scores beyond {MAX_ABS_SCORE:.0e} leave no "
                 "precision for the log-partition (rescale them, and zero-centre per-position scores before the cumsum)"
             )
-    if lo < 1 or hi > T:
-        hint = ""
-        if hi > T:
-            hint = (
-                f" (cum_scores must have T+1 rows with row 0 = 0: it has {T + 1}, so T = {T}; did you pass "
-                "the cumsum without its leading zero row? torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)))"
-            )
-        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]{hint}")
+
+
+def _raise_lengths(lo: int, hi: int, T: int) -> None:
+    hint = ""
+    if hi > T:
+        hint = (
+            f" (cum_scores must have T+1 rows with row 0 = 0: it has {T + 1}, so T = {T}; did you pass "
+            "the cumsum without its leading zero row? torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)))"
+        )
+    raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]{hint}")
 
 
 def validate_streaming_inputs(
@@ -207,8 +213,14 @@ def validate_streaming_inputs(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     checkpoint_interval: Optional[int] = None,
+    check_values: bool = True,
 ) -> StreamingInputs:
     """Check the inputs of a streaming call and return them normalised.
+
+    The types, shapes, dtypes and devices are checked here without reading any data. With
+    ``check_values`` the values are checked too (NaN/Inf, magnitudes, the range of ``lengths``),
+    with one device-to-host transfer; the public functions instead run :func:`check_input_values`
+    inside the engine's operator, so that ``torch.compile`` never sees a data-dependent branch.
 
     Raises:
         TypeError: an argument has the wrong Python or tensor type.
@@ -277,10 +289,8 @@ def validate_streaming_inputs(
         if tuple(p.shape) != (B, T, C):
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
 
-    floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
-    # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
-    floats += [(name, p, True) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
-    _check_values(floats, lengths, T)
+    if check_values:
+        _check_values(_float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths, T)
 
     if checkpoint_interval is not None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
@@ -297,3 +307,18 @@ def validate_streaming_inputs(
         proj_start=None if proj_start is None else forbid(proj_start.to(dtype)),
         proj_end=None if proj_end is None else forbid(proj_end.to(dtype)),
     )
+
+
+def _float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
+    """(name, tensor, -inf allowed) of each float input that is present."""
+    floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
+    # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
+    floats += [(name, p, True) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
+    return floats
+
+
+def check_input_values(cum_scores, transition, duration_bias, lengths, proj_start=None, proj_end=None) -> None:
+    """The value checks of :func:`validate_streaming_inputs` (NaN/Inf, magnitudes, the range of
+    ``lengths``) with one device-to-host transfer; a ``ValueError`` naming the argument."""
+    _check_values(_float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
+                  cum_scores.shape[1] - 1)
