@@ -201,6 +201,9 @@ def test_operators_pass_opcheck(backend):
                                                None, save), test_utils=checks)
     torch.library.opcheck(ops.viterbi_op, (cum, tr, db, lengths, K, ps, None, backend, True, None, None),
                           test_utils=checks)
+    torch.library.opcheck(ops.cumsum_time, (ps.clone().requires_grad_(True),), test_utils=checks)
+    x = ps.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(ops.cumsum_time, (x,))
 
 
 def test_operator_validates_inside():

@@ -24,6 +24,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from .streaming.constants import NEG_INF
+from .streaming.ops import cumsum_time
 
 __all__ = ["labels_to_starts", "segments_to_starts", "gold_score", "forbidden_terms", "FORBIDDEN_REASONS"]
 
@@ -199,7 +200,9 @@ def _counts(index: torch.Tensor, where: torch.Tensor, n: int, dtype: torch.dtype
     B = index.shape[0]
     flat = (index + torch.arange(B, device=index.device)[:, None] * n).reshape(-1)
     weight = where.reshape(-1).to(torch.float32)
-    return torch.bincount(flat, weights=weight, minlength=B * n)[: B * n].view(B, n).to(dtype)
+    # index_add into a fixed size: bincount would read the largest index back (a device sync)
+    counts = torch.zeros(B * n, dtype=torch.float32, device=index.device).index_add_(0, flat, weight)
+    return counts.view(B, n).to(dtype)
 
 
 def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
@@ -216,7 +219,7 @@ def _segments_of(cum_scores, duration_bias, lengths, labels, starts):
     ends = valid & next_start
     y = labels.clamp(0, C - 1)
     # duration of the segment that starts at each start position
-    seg_id = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
+    seg_id = (cumsum_time(starts.long()) - 1).clamp(min=0)
     seg_len = torch.zeros(B, T, dtype=torch.long, device=cum_scores.device)
     seg_len.scatter_add_(1, seg_id, valid.long())
     k_idx = (seg_len.gather(1, seg_id) - 1).clamp(0, K - 1)
