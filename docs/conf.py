@@ -7,6 +7,7 @@ Build (warnings are errors, as in ``tests/test_docs.py``)::
     sphinx-build -W --keep-going -b html docs docs/_build/html
 """
 
+import importlib.util
 import os
 import sys
 
@@ -42,10 +43,11 @@ napoleon_use_ivar = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"show-inheritance": False}
-# the optional dependencies: the reference builds without them (lightning.py and genbank.py
-# already import them lazily or guarded; the mock only matters where they are missing)
+# optional dependencies that are missing here are mocked, so that the reference builds without
+# them and still documents SemiCRFLightningModule as it is (not lightning.py's placeholder);
+# numba and Triton are imported lazily by the modules documented here
 autodoc_mock_imports = [name for name in ("lightning", "pytorch_lightning", "Bio")
-                        if __import__("importlib").util.find_spec(name) is None]
+                        if importlib.util.find_spec(name) is None]
 
 myst_heading_anchors = 3
 
