@@ -278,7 +278,7 @@ def semi_crf_streaming_forward_pytorch(
     Returns:
         ``(partition, ring_checkpoints, checkpoint_interval, log_norm_checkpoints)``:
         partition (B,) float64 (the backward needs log Z to far better than float32's ~1e-3
-        absolute at |log Z| ~ 1e4; cast it for display); ring_checkpoints (B, N, K+1, C) holding, at each
+        absolute at ``|log Z| ~ 1e4``; cast it for display); ring_checkpoints (B, N, K+1, C) holding, at each
         checkpoint position ``i·interval``, the K ring rows and the alpha row, relative to
         log_norm_checkpoints (B, N) float64.
 
