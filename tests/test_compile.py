@@ -215,3 +215,14 @@ def test_operator_validates_inside():
     with pytest.raises(ValueError, match=r"lengths must lie in \[1, T\]"):
         ops.viterbi_op(torch.zeros(1, 5, 2), torch.zeros(2, 2), torch.zeros(3, 2), torch.tensor([5]), 3, None, None,
                        "torch", True, None, None)
+
+
+def test_jit_trace_refuses_instead_of_baking_shapes():
+    model = _Decoder().eval()
+    h, lengths = torch.randn(2, 10, 8), torch.tensor([10, 6])
+    with pytest.raises(RuntimeError, match="torch.jit.trace is not supported"):
+        torch.jit.trace(model, (h, lengths))
+    cum = torch.zeros(1, 6, 2)
+    with pytest.raises(RuntimeError, match="torch.export.export"):
+        torch.jit.trace(lambda c: semi_crf_streaming_forward(c, torch.zeros(2, 2), torch.zeros(3, 2),
+                                                             torch.tensor([5]), 3), (cum,))

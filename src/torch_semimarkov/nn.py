@@ -26,7 +26,7 @@ from .streaming.autograd import (
 )
 from .streaming.backends import BACKENDS
 from .streaming.ops import cumsum_time
-from .streaming.validation import lengths_from
+from .streaming.validation import lengths_from, refuse_jit_trace
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -328,6 +328,7 @@ class SemiMarkovCRFHead(nn.Module):
     # ------------------------------------------------------------------ scores
 
     def _check_inputs(self, hidden_states: torch.Tensor, lengths, mask=None) -> torch.Tensor:
+        refuse_jit_trace()
         if not isinstance(hidden_states, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(hidden_states).__name__}")
         in_dim = self.num_classes if self.hidden_dim is None else self.hidden_dim

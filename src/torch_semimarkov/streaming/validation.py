@@ -228,6 +228,7 @@ def validate_streaming_inputs(
     """
     if semiring not in SEMIRINGS:
         raise ValueError(f"semiring must be one of {SEMIRINGS}, got {semiring!r}")
+    refuse_jit_trace()
     if isinstance(K, torch.Tensor) and K.numel() == 1 and not K.dtype.is_floating_point and K.dtype != torch.bool:
         K = int(K)
     elif isinstance(K, numbers.Integral) and not isinstance(K, bool):
@@ -322,3 +323,14 @@ def check_input_values(cum_scores, transition, duration_bias, lengths, proj_star
     ``lengths``) with one device-to-host transfer; a ``ValueError`` naming the argument."""
     _check_values(_float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
                   cum_scores.shape[1] - 1)
+
+
+def refuse_jit_trace() -> None:
+    """A ``RuntimeError`` under ``torch.jit.trace``: a trace records sizes (T, B, the number of
+    segments) as constants and would silently give wrong results on other shapes."""
+    if torch.jit.is_tracing():
+        raise RuntimeError(
+            "torch.jit.trace is not supported: it records the sequence length, batch size and number of "
+            "segments as constants, so the trace would give wrong results on other shapes. Use "
+            "torch.export.export (with dynamic shapes) or torch.compile instead (docs/guide.md, section 11)"
+        )
