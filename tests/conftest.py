@@ -17,6 +17,10 @@ if not torch.cuda.is_available():
     # when a kernel is decorated: choose it before any test module imports the kernel modules.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one pytest-xdist worker per core: torch's intra-op threads would only oversubscribe them
+    torch.set_num_threads(1)
+
 from torch_semimarkov.streaming.segments import Segment
 
 def _cpu_backends():
