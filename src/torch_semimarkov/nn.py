@@ -363,14 +363,9 @@ class SemiMarkovCRFHead(nn.Module):
                 f"position {t}); scores must be finite inside each sequence"
             )
 
-    def build(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
-        """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
-        running it; ``partition`` is left empty. :meth:`forward` fills it."""
-        lengths = self._check_inputs(hidden_states, lengths, mask)
-        B, T, _ = hidden_states.shape
-        dtype = self.cumsum_dtype
-        device_type = hidden_states.device.type
-        # shape: (B, T, 1) -- True at positions inside each sequence
+    def _project(self, hidden_states: torch.Tensor, lengths: torch.Tensor):
+        """(valid (B, T, 1), the features with padding zeroed, the per-position scores (B, T, C))."""
+        T = hidden_states.shape[1]
         valid = (torch.arange(T, device=lengths.device)[None, :] < lengths[:, None])[..., None]
         # padding never influences a sequence, whatever it holds (encoders with fully masked
         # attention produce NaN there): zero it before any layer sees it, so that no NaN reaches a
@@ -379,9 +374,19 @@ class SemiMarkovCRFHead(nn.Module):
         if self.projection is not None or self.proj_start is not None:
             weight = (self.projection or self.proj_start).weight
             # outside autocast, half-precision features meet float32 layers: cast the features
-            if not torch.is_autocast_enabled(device_type) and hidden_states.dtype != weight.dtype:
+            if not torch.is_autocast_enabled(hidden_states.device.type) and hidden_states.dtype != weight.dtype:
                 hidden_states = hidden_states.to(weight.dtype)
         scores = hidden_states if self.projection is None else self.projection(hidden_states)
+        return valid, hidden_states, scores
+
+    def build(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> SemiCRFOutput:
+        """The engine's inputs (cum_scores, transition, duration_bias, proj_start, proj_end) without
+        running it; ``partition`` is left empty. :meth:`forward` fills it."""
+        lengths = self._check_inputs(hidden_states, lengths, mask)
+        B, T, _ = hidden_states.shape
+        dtype = self.cumsum_dtype
+        device_type = hidden_states.device.type
+        valid, hidden_states, scores = self._project(hidden_states, lengths)
         # the boundary layers run under the caller's autocast, as the main projection does (inside
         # the float32 block below a bf16 feature would meet a float32 weight)
         proj_start = proj_end = None
@@ -466,18 +471,11 @@ class SemiMarkovCRFHead(nn.Module):
             except ValueError as exc:
                 if "cum_scores contains" in str(exc):
                     # only on failure: say where the non-finite score came from
-                    self._rebuild_for_error(hidden_states, out)
+                    with torch.no_grad():
+                        valid, _, scores = self._project(hidden_states, out.lengths)
+                    self._check_finite(scores, valid)
                 raise
         return out._replace(partition=partition)
-
-    def _rebuild_for_error(self, hidden_states: torch.Tensor, out: SemiCRFOutput) -> None:
-        T = hidden_states.shape[1]
-        valid = (torch.arange(T, device=out.lengths.device)[None, :] < out.lengths[:, None])[..., None]
-        h = torch.where(valid, hidden_states, hidden_states.new_zeros(()))
-        if self.projection is not None and h.dtype != self.projection.weight.dtype:
-            h = h.to(self.projection.weight.dtype)
-        with torch.no_grad():
-            self._check_finite(h if self.projection is None else self.projection(h), valid)
 
     # ------------------------------------------------------------------ loss
 

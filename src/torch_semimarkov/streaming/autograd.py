@@ -84,13 +84,12 @@ def _check_finite(what: str, backend: str, allow_neg_inf: bool = False, **tensor
             raise RuntimeError(f"Non-finite values in {what} ({backend}): {name} has {n_nan} NaN, {n_inf} Inf")
 
 
-def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
-    """Turn unscaled marginals into gradients of sum_b grad_output[b] * logZ[b]."""
-    cum_scores = ctx.saved_tensors[0]
+def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
+    """Turn unscaled marginals into gradients of sum_b grad_output[b] * logZ[b]; ``need`` says
+    which of (cum_scores, transition, duration_bias, proj_start, proj_end) to compute (None else)."""
     B, T1, C = cum_scores.shape
     go = grad_output.to(p_start.dtype)
     scale = go.view(B, 1, 1)
-    need = ctx.needs_input_grad
     grad_cum = grad_tr = grad_db = grad_ps = grad_pe = None
     if need[0]:
         grad_cum = torch.zeros_like(cum_scores)
@@ -102,9 +101,9 @@ def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
         grad_tr = torch.einsum("b...,b->...", g_tr.to(torch.float64), go64).to(cum_scores.dtype)
     if need[2]:
         grad_db = torch.einsum("bkc,b->kc", g_db.to(torch.float64), go64).to(cum_scores.dtype)
-    if need[5]:
+    if need[3]:
         grad_ps = p_start * scale
-    if need[6]:
+    if need[4]:
         grad_pe = p_end * scale
     return grad_cum, grad_tr, grad_db, grad_ps, grad_pe
 
@@ -118,60 +117,30 @@ class EngineOptions(NamedTuple):
 
 
 class _StreamingFunction(torch.autograd.Function):
-    """log Z with a hand-written backward. Subclasses pick the implementation: ``_forward_impl``
-    returns ``(partition, state tensors, extra)`` and ``_backward_impl`` turns them back into the
-    unscaled marginals and per-sequence parameter gradients."""
+    """log Z with a hand-written backward, on one backend: the implementation behind the operators
+    ``torch_semimarkov::forward`` / ``::backward`` (:mod:`.ops`). ``_forward_impl`` returns
+    ``(partition, state tensors, extra)``, ``_backward_impl`` turns them back into the unscaled
+    marginals and per-sequence parameter gradients (``need_parameter_grads=False`` lets an engine
+    skip the latter), ``_scale_grads`` into the gradients."""
 
     backend = "PyTorch"
 
     @staticmethod
-    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
-        return _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+    def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
+        return _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
 
     @staticmethod
     def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
         raise NotImplementedError
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, extra):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, extra,
+                       need_parameter_grads=True):
         raise NotImplementedError
-
-    @classmethod
-    def _forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        partition, state, extra = cls._forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start,
-                                                    proj_end, options)
-        if _debug():
-            # -inf is a real answer (a sequence with no allowed segmentation); NaN and +inf are not
-            _check_finite("forward partition", cls.backend, allow_neg_inf=True, partition=partition)
-        # keep log Z in full precision for the backward: marginals are exp(... - log Z)
-        ctx.save_for_backward(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, *state)
-        ctx.K, ctx.extra = K, extra
-        return partition.to(cum_scores.dtype)
-
-    @classmethod
-    def _backward(cls, ctx, grad_output):
-        cum_scores, transition, duration_bias, lengths, proj_start, proj_end, partition, *state = ctx.saved_tensors
-        p_start, p_end, g_tr, g_db = cls._backward_impl(
-            cum_scores, transition, duration_bias, lengths, ctx.K, proj_start, proj_end, partition, state, ctx.extra)
-        grads = cls._scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
-        if _debug():
-            names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
-            _check_finite("CRF backward", cls.backend, **dict(zip(names, grads)))
-        grad_cum, grad_tr, grad_db, grad_ps, grad_pe = grads
-        return grad_cum, grad_tr, grad_db, None, None, grad_ps, grad_pe, None
-
-    @classmethod
-    def forward(cls, ctx, cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None,
-                options=EngineOptions()):
-        return cls._forward(ctx, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options)
-
-    @classmethod
-    def backward(cls, ctx, grad_output):
-        return cls._backward(ctx, grad_output)
 
 
 class SemiCRFStreaming(_StreamingFunction):
-    """Autograd Function for log Z on the PyTorch path (any device)."""
+    """log Z and its backward on the PyTorch path (any device)."""
 
     backend = "PyTorch"
 
@@ -183,7 +152,8 @@ class SemiCRFStreaming(_StreamingFunction):
         return partition, (ring, norms), interval
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
+                       need_parameter_grads=True):
         ring, norms = state
         return semi_crf_streaming_backward_pytorch(
             cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
@@ -191,8 +161,8 @@ class SemiCRFStreaming(_StreamingFunction):
 
 
 class SemiCRFStreamingTriton(_StreamingFunction):
-    """Autograd Function for log Z on the Triton path (CUDA tensors); the forward's
-    :class:`~torch_semimarkov.streaming.kernels.KernelPlan` is reused by the backward."""
+    """log Z and its backward on the Triton path (CUDA tensors); the backward recomputes the
+    forward's :class:`~torch_semimarkov.streaming.kernels.KernelPlan`."""
 
     backend = "Triton"
 
@@ -206,22 +176,21 @@ class SemiCRFStreamingTriton(_StreamingFunction):
         return partition, tuple(state), plan
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, plan):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, plan,
+                       need_parameter_grads=True):
         launch = _triton_launchers()
         return launch.launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                       plan=plan, state=launch.ForwardState(*state))
 
 
 class SemiCRFStreamingNumba(_StreamingFunction):
-    """Autograd Function for log Z on the compiled CPU engine (numba, CPU tensors)."""
+    """log Z and its backward on the compiled CPU engine (numba, CPU tensors)."""
 
     backend = "numba"
 
     @staticmethod
-    def _scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db):
-        return numba_engine().scale_gradients(
-            ctx.saved_tensors[0], ctx.needs_input_grad, grad_output, p_start, p_end, g_tr, g_db
-        )
+    def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
+        return numba_engine().scale_gradients(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
 
     @staticmethod
     def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
@@ -231,10 +200,12 @@ class SemiCRFStreamingNumba(_StreamingFunction):
         return partition, (ring, norms), interval
 
     @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval):
+    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
+                       need_parameter_grads=True):
         ring, norms = state
         return numba_engine().semi_crf_streaming_backward_numba(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
+            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end,
+            need_parameter_grads=need_parameter_grads,
         )
 
 

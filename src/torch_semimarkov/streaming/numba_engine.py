@@ -348,64 +348,30 @@ def semi_crf_streaming_viterbi_numba(
     return (_torch(scores, x), torch.from_numpy(labels).to(x.device), torch.from_numpy(starts).to(x.device))
 
 
-def semi_crf_streaming_marginals_numba(
-    cum_scores: torch.Tensor,
-    transition: torch.Tensor,
-    duration_bias: torch.Tensor,
-    lengths: torch.Tensor,
-    K: int,
-    proj_start: Optional[torch.Tensor] = None,
-    proj_end: Optional[torch.Tensor] = None,
-    checkpoint_interval: Optional[int] = None,
-):
-    """Posterior marginals on the compiled CPU engine, post-processed with NumPy.
-
-    Returns:
-        ``(log_Z, start, end, position, boundary)`` as :func:`~torch_semimarkov.semi_crf_streaming_marginals`
-        documents them (in the dtype of cum_scores).
-    """
-    args = (cum_scores, transition, duration_bias, lengths, K)
-    fwd = semi_crf_streaming_forward_numba(*args, "log", proj_start, proj_end, checkpoint_interval)
-    p_start, p_end, _, _ = semi_crf_streaming_backward_numba(
-        *args, *fwd, proj_start, proj_end, need_parameter_grads=False
-    )
-    ps, pe = p_start.numpy(), p_end.numpy()
-    B, T, C = ps.shape
-    # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
-    position = np.cumsum(ps, axis=1, dtype=np.float64)
-    position[:, 1:] -= np.cumsum(pe, axis=1, dtype=np.float64)[:, :-1]
-    np.clip(position, 0.0, 1.0, out=position)
-    lens = np.ascontiguousarray(lengths.detach().cpu().numpy(), dtype=np.int64)
-    position[np.arange(T)[None, :] >= lens[:, None]] = 0.0
-    boundary = ps.sum(-1)
-    as_out = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=ps.dtype))  # noqa: E731
-    return (fwd[0].to(p_start.dtype), p_start, p_end, as_out(position), as_out(boundary))
-
-
-def scale_gradients(cum_scores, needs_input_grad, grad_output, p_start, p_end, g_tr, g_db):
+def scale_gradients(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
     """Gradients of ``sum_b grad_output[b] · logZ[b]`` from the engine's unscaled marginals, with
     NumPy (like the rest of the engine, no torch intra-op threads).
 
     Returns ``(grad_cum_scores, grad_transition, grad_duration_bias, grad_proj_start, grad_proj_end)``,
-    None where ``needs_input_grad`` (of the autograd Function's inputs) is False.
+    None where ``need`` (one flag per returned gradient, in that order) is False.
     """
     dtype = p_start.numpy().dtype
     go = np.ascontiguousarray(grad_output.detach().cpu().numpy(), dtype=np.float64)
     scale = go.astype(dtype)[:, None, None]
     ps, pe = p_start.numpy(), p_end.numpy()
     out = [None] * 5
-    if needs_input_grad[0]:
+    if need[0]:
         g = np.zeros(tuple(cum_scores.shape), dtype=dtype)
         g[:, 1:] += pe
         g[:, :-1] -= ps
         g *= scale
         out[0] = torch.from_numpy(g)
-    if needs_input_grad[1]:
+    if need[1]:
         out[1] = torch.from_numpy(np.tensordot(go, g_tr.numpy().astype(np.float64), axes=(0, 0)).astype(dtype))
-    if needs_input_grad[2]:
+    if need[2]:
         out[2] = torch.from_numpy(np.tensordot(go, g_db.numpy().astype(np.float64), axes=(0, 0)).astype(dtype))
-    if needs_input_grad[5]:
+    if need[3]:
         out[3] = torch.from_numpy(ps * scale)
-    if needs_input_grad[6]:
+    if need[4]:
         out[4] = torch.from_numpy(pe * scale)
     return tuple(out)

@@ -20,7 +20,6 @@ operator), so compiled and exported graphs differentiate through it exactly as e
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import List, Optional, Tuple
 
 import torch
@@ -71,8 +70,12 @@ def forward_op(
         inp = eng.StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         score = eng._score_no_grad(inp, semiring, backend, options, dtype=torch.float64)
         return _fresh(score), empty_a, empty_b, meta
-    partition, state, extra = eng._FUNCTIONS[backend]._forward_impl(
-        cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options)
+    fn = eng._FUNCTIONS[backend]
+    partition, state, extra = fn._forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                               options)
+    if eng._debug():
+        # -inf is a real answer (a sequence with no allowed segmentation); NaN and +inf are not
+        eng._check_finite("forward partition", fn.backend, allow_neg_inf=True, partition=partition)
     a, b = state
     meta[0] = extra if isinstance(extra, int) else 0  # the checkpoint interval of the CPU engines
     for i, t in enumerate((a, b)):
@@ -119,11 +122,12 @@ def backward_op(
     else:
         extra = m[0]
     p_start, p_end, g_tr, g_db = fn._backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start,
-                                                   proj_end, partition, state, extra)
-    # the autograd Functions' layout of needs_input_grad: (cum, tr, db, lengths, K, proj_start, proj_end, options)
-    ctx = SimpleNamespace(saved_tensors=(cum_scores,),
-                          needs_input_grad=(needs[0], needs[1], needs[2], False, False, needs[3], needs[4], False))
-    grads = fn._scale_grads(ctx, grad_output, p_start, p_end, g_tr, g_db)
+                                                   proj_end, partition, state, extra,
+                                                   need_parameter_grads=needs[1] or needs[2])
+    grads = fn._scale_grads(cum_scores, needs, grad_output, p_start, p_end, g_tr, g_db)
+    if eng._debug():
+        names = ("grad_cum_scores", "grad_transition", "grad_duration_bias", "grad_proj_start", "grad_proj_end")
+        eng._check_finite("CRF backward", fn.backend, **dict(zip(names, grads)))
     like = (cum_scores, transition, duration_bias, cum_scores, cum_scores)
     return tuple(g.to(x.dtype) if g is not None and n else x.new_empty(0)
                  for g, x, n in zip(grads, like, needs))  # type: ignore[return-value]
