@@ -1,7 +1,8 @@
 """torch-semimarkov: exact semi-Markov CRFs on very long sequences.
 
 The streaming engine (:mod:`torch_semimarkov.streaming`) computes the log partition, its
-gradients, Viterbi segmentations and posterior marginals in O(K·C) forward memory, on the CPU with
+gradients, Viterbi segmentations and posterior marginals in O(K·C) forward memory, plus k-best lists, exact samples, the entropy and
+partial-label (masked) training, on the CPU with
 a compiled engine (numba) or PyTorch, and on NVIDIA GPUs with Triton kernels.
 """
 
@@ -10,12 +11,17 @@ from .streaming import (
     NEG_INF,
     MarginalsResult,
     Segment,
+    SegmentationSamples,
+    TopKResult,
     ViterbiResult,
     labels_to_segments,
     numba_available,
     segments_to_labels,
+    semi_crf_streaming_entropy,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
+    semi_crf_streaming_sample,
+    semi_crf_streaming_topk,
     semi_crf_streaming_viterbi,
     triton_available,
 )
@@ -26,13 +32,18 @@ __all__ = [
     "NEG_INF",
     "MarginalsResult",
     "Segment",
+    "SegmentationSamples",
     "SemiMarkovCRFHead",
+    "TopKResult",
     "ViterbiResult",
     "labels_to_segments",
     "numba_available",
     "segments_to_labels",
+    "semi_crf_streaming_entropy",
     "semi_crf_streaming_forward",
     "semi_crf_streaming_marginals",
+    "semi_crf_streaming_sample",
+    "semi_crf_streaming_topk",
     "semi_crf_streaming_viterbi",
     "triton_available",
 ]

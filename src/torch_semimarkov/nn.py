@@ -24,6 +24,14 @@ from .streaming.autograd import (
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
+from .streaming.distribution import (
+    SegmentationSamples,
+    TopKResult,
+    constrained_log_partition,
+    semi_crf_streaming_entropy,
+    semi_crf_streaming_sample,
+    semi_crf_streaming_topk,
+)
 from .streaming.backends import BACKENDS
 from .streaming.ops import cumsum_time
 from .streaming.validation import lengths_from, refuse_jit_trace
@@ -69,6 +77,18 @@ def _per_label(name: str, value, C: int) -> List[int]:
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
     return [int(v) for v in values]
+
+
+def _reduce(nll: torch.Tensor, infinite: torch.Tensor, zero_infinity: bool, reduction: str, lengths: torch.Tensor):
+    if zero_infinity:
+        nll = torch.where(infinite, torch.zeros_like(nll), nll)
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return nll.sum()
+    if reduction == "token_mean":
+        return nll.sum() / lengths.sum().to(nll.dtype)
+    return nll.mean()
 
 
 class SemiMarkovCRFHead(nn.Module):
@@ -543,6 +563,8 @@ class SemiMarkovCRFHead(nn.Module):
         zero_infinity: bool = False,
         *,
         mask: Optional[torch.Tensor] = None,
+        label_mask: Optional[torch.Tensor] = None,
+        boundary_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Negative log-likelihood ``log Z - score(gold)`` of the gold segmentation.
 
@@ -564,12 +586,25 @@ class SemiMarkovCRFHead(nn.Module):
                 ``torch.nn.CTCLoss(zero_infinity=True)``).
 
             mask: instead of ``lengths``, a (B, T) bool prefix mask, True at valid positions.
+            label_mask, boundary_mask: partial labels instead of ``labels`` / ``segments``:
+                ``label_mask`` (B, T, C) bool, the labels each position may carry, and
+                ``boundary_mask`` (B, T) integer, -1 no segment starts at t, 0 free, 1 a segment
+                starts at t. The loss is then ``log Z - log Z(allowed)`` =
+                ``-log sum_{y allowed} P(y)``: every segmentation consistent with the partial
+                annotation counts as gold (one-hot masks with every boundary fixed give the
+                ordinary NLL). Runs the constrained partition on the PyTorch path.
 
         Returns:
             The NLL, >= 0 up to float rounding.
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if label_mask is not None or boundary_mask is not None:
+            if labels is not None or segments is not None:
+                raise ValueError("pass either labels / segments (full labels) or label_mask / boundary_mask "
+                                 "(partial labels), not both")
+            return self._partial_loss(hidden_states, lengths, mask, label_mask, boundary_mask, reduction,
+                                      zero_infinity)
         out = self.forward(hidden_states, lengths, mask=mask)
         lab, starts = self._gold_tensors(out, labels, segments)
         code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start, out.proj_end)
@@ -589,16 +624,27 @@ class SemiMarkovCRFHead(nn.Module):
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
                 proj_start=out.proj_start, proj_end=out.proj_end,
             )
-        nll = out.partition - gold
-        if zero_infinity:
-            nll = torch.where(infinite, torch.zeros_like(nll), nll)
-        if reduction == "none":
-            return nll
-        if reduction == "sum":
-            return nll.sum()
-        if reduction == "token_mean":
-            return nll.sum() / out.lengths.sum().to(nll.dtype)
-        return nll.mean()
+        return _reduce(out.partition - gold, infinite, zero_infinity, reduction, out.lengths)
+
+    def _dist_args(self, out: SemiCRFOutput) -> tuple:
+        return (out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration)
+
+    def _partial_loss(self, hidden_states, lengths, mask, label_mask, boundary_mask, reduction, zero_infinity):
+        """``log Z - log Z(allowed by the masks)`` per sequence, reduced."""
+        out = self.forward(hidden_states, lengths, mask=mask)
+        with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
+            allowed = constrained_log_partition(*self._dist_args(out), out.proj_start, out.proj_end, label_mask,
+                                                boundary_mask, validate=self.validate)
+        infinite = torch.isneginf(out.partition) | torch.isneginf(allowed)
+        if self.validate and not zero_infinity and bool(infinite.any()):
+            b = int(infinite.nonzero()[0])
+            raise ValueError(
+                f"sequence {b} (length {int(out.lengths[b])}): label_mask / boundary_mask allow no segmentation that "
+                "the model allows (log Z of the allowed set = -inf); pass zero_infinity=True to give such sequences "
+                "loss 0"
+            )
+        safe = torch.where(infinite, torch.zeros_like(allowed), allowed)
+        return _reduce(out.partition - safe, infinite, zero_infinity, reduction, out.lengths)
 
     def log_prob(
         self,
@@ -631,8 +677,9 @@ class SemiMarkovCRFHead(nn.Module):
     # ------------------------------------------------------------------ inference
 
     @torch.no_grad()
-    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None):
-        """Viterbi: the best segmentation of each sequence.
+    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None, boundary_mask=None):
+        """Viterbi: the best segmentation of each sequence (with ``label_mask`` / ``boundary_mask``,
+        of :meth:`compute_loss`: the best segmentation the masks allow, i.e. constrained decoding).
 
         Returns:
             The engine's :class:`~torch_semimarkov.ViterbiResult`, tensor-first and on the device of
@@ -646,12 +693,14 @@ class SemiMarkovCRFHead(nn.Module):
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             return semi_crf_streaming_viterbi(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                **self._engine_kwargs(out),
+                **self._engine_kwargs(out), label_mask=label_mask, boundary_mask=boundary_mask,
             )
 
     @torch.no_grad()
-    def marginals(self, hidden_states: torch.Tensor, lengths=None, *, mask=None) -> Posterior:
-        """Posterior marginals from one forward-backward pass.
+    def marginals(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
+                  boundary_mask=None) -> Posterior:
+        """Posterior marginals from one forward-backward pass (with ``label_mask`` /
+        ``boundary_mask``: of the distribution restricted to the segmentations they allow).
 
         Returns:
             :class:`Posterior` with per-position label posteriors (B, T, C), boundary probabilities
@@ -662,7 +711,7 @@ class SemiMarkovCRFHead(nn.Module):
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             m = semi_crf_streaming_marginals(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                **self._engine_kwargs(out),
+                **self._engine_kwargs(out), label_mask=label_mask, boundary_mask=boundary_mask,
             )
         T = out.cum_scores.shape[1] - 1
         valid = torch.arange(T, device=out.lengths.device)[None, :] < out.lengths[:, None]
@@ -672,3 +721,51 @@ class SemiMarkovCRFHead(nn.Module):
         return Posterior(position=position, boundary=m.boundary, entropy=entropy, start=m.start, end=m.end, log_Z=m.log_Z)
 
     posterior = marginals
+
+    # ------------------------------------------------------------------ beyond the best path
+
+    @torch.no_grad()
+    def topk(self, hidden_states: torch.Tensor, lengths=None, k: int = 1, *, mask=None, label_mask=None,
+             boundary_mask=None) -> TopKResult:
+        """The k best segmentations of each sequence, best first (rank 0 = :meth:`decode`).
+
+        Returns:
+            :class:`~torch_semimarkov.TopKResult`: ``scores`` (B, k), ``labels`` (B, k, T) and
+            the segment tensors; see :func:`~torch_semimarkov.semi_crf_streaming_topk`.
+
+        Example:
+            >>> _ = torch.manual_seed(0)
+            >>> head = SemiMarkovCRFHead(num_classes=3, max_duration=4, hidden_dim=8)
+            >>> best = head.topk(torch.randn(2, 10, 8), torch.tensor([10, 7]), k=3)
+            >>> best.labels.shape, bool((best.scores[:, 0] >= best.scores[:, 1]).all())
+            (torch.Size([2, 3, 10]), True)
+        """
+        out = self.build(hidden_states, lengths, mask=mask)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return semi_crf_streaming_topk(*self._dist_args(out), k, out.proj_start, out.proj_end, label_mask,
+                                           boundary_mask, validate=self.validate)
+
+    @torch.no_grad()
+    def sample(self, hidden_states: torch.Tensor, lengths=None, num_samples: int = 1, *, generator=None, mask=None,
+               label_mask=None, boundary_mask=None) -> SegmentationSamples:
+        """Exact samples from P(segmentation | x) (``generator`` for reproducibility).
+
+        Returns:
+            :class:`~torch_semimarkov.SegmentationSamples`: ``labels`` (S, B, T), ``log_prob``
+            (S, B) and the segment tensors; see :func:`~torch_semimarkov.semi_crf_streaming_sample`.
+        """
+        out = self.build(hidden_states, lengths, mask=mask)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return semi_crf_streaming_sample(*self._dist_args(out), num_samples, out.proj_start, out.proj_end,
+                                             label_mask, boundary_mask, generator=generator, validate=self.validate)
+
+    def entropy(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
+                boundary_mask=None) -> torch.Tensor:
+        """Entropy (B,) in nats of P(segmentation | x), differentiable (a training term, e.g.
+        ``loss - 0.01 * head.entropy(h, lengths).mean()``); see
+        :func:`~torch_semimarkov.semi_crf_streaming_entropy`. Not the per-position entropy of
+        :meth:`marginals`, which ignores the dependencies between positions."""
+        out = self.build(hidden_states, lengths, mask=mask)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return semi_crf_streaming_entropy(*self._dist_args(out), out.proj_start, out.proj_end, label_mask,
+                                              boundary_mask, validate=self.validate)

@@ -40,6 +40,8 @@ __all__ = [
     "naive_semi_crf_viterbi",
     "naive_marginals",
     "segmentation_score",
+    "enumerate_segmentations",
+    "segmentation_allowed",
 ]
 
 #: Largest T that :func:`brute_force` accepts (the number of segmentations grows like (C+1)^T).
@@ -412,3 +414,61 @@ def segmentation_score(
             total += float(_transition_for(Tr, k)[prev, c])
         prev, pos = c, e
     return total
+
+
+def enumerate_segmentations(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths,
+    K: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+) -> List[Tuple[List[Tuple[Segment, ...]], torch.Tensor]]:
+    """Every labelled segmentation of every sequence with its score (T <= 8).
+
+    Returns, for each sequence, ``(segmentations, scores)``: the segmentations as tuples of
+    :class:`Segment` and their scores (N,) float64, differentiable with respect to the inputs
+    (``-inf`` for one that uses a forbidden entry). The oracle for k-best lists, samples,
+    entropies and constrained partitions.
+
+    Example:
+        >>> S = torch.zeros(1, 3, 2, dtype=torch.float64)
+        >>> segs, scores = enumerate_segmentations(S, torch.zeros(2, 2), torch.zeros(2, 2), [2], K=2)[0]
+        >>> len(segs), segs[0]
+        (6, (Segment(start=0, end=1, label=0), Segment(start=1, end=2, label=0)))
+    """
+    S, Tr, D, ps, pe, lens, B, T, C = _prepare(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+    if T > BRUTE_FORCE_MAX_T:
+        raise ValueError(f"enumerate_segmentations enumerates every segmentation; T must be <= {BRUTE_FORCE_MAX_T}, got {T}")
+    out = []
+    for b in range(B):
+        segs, scores = [], []
+        for durations in _compositions(lens[b], K):
+            m = len(durations)
+            labels = torch.tensor(list(itertools.product(range(C), repeat=m)), dtype=torch.long,
+                                  device=S.device).reshape(-1, m)
+            scores.append(_score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels))
+            bounds = list(itertools.accumulate((0,) + durations))
+            for row in labels.tolist():
+                segs.append(tuple(Segment(bounds[i], bounds[i + 1], c) for i, c in enumerate(row)))
+        out.append((segs, torch.cat(scores)))
+    return out
+
+
+def segmentation_allowed(segments: Sequence[Segment], label_mask: Optional[torch.Tensor] = None,
+                         boundary_mask: Optional[torch.Tensor] = None) -> bool:
+    """Whether one sequence's segmentation respects ``label_mask`` (T, C) bool (every position
+    of a segment allows its label) and ``boundary_mask`` (T,) (-1: no segment starts there, 1: a
+    segment starts there)."""
+    starts = {s for s, _, _ in segments}
+    for s, e, c in segments:
+        if label_mask is not None and not bool(label_mask[s:e, c].all()):
+            return False
+    if boundary_mask is not None:
+        L = segments[-1][1]
+        for t in range(L):
+            v = int(boundary_mask[t])
+            if (v == -1 and t in starts) or (v == 1 and t not in starts):
+                return False
+    return True

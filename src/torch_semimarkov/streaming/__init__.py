@@ -2,7 +2,8 @@
 
 Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
 :func:`semi_crf_streaming_viterbi` (best segmentations), :func:`semi_crf_streaming_marginals`
-(posterior marginals). See ``docs/internals.md`` for the algorithm.
+(posterior marginals), and beyond the best path :func:`semi_crf_streaming_topk` (k-best lists),
+:func:`semi_crf_streaming_sample` (exact samples) and :func:`semi_crf_streaming_entropy`. See ``docs/internals.md`` for the algorithm.
 """
 
 from .autograd import (
@@ -17,6 +18,13 @@ from .autograd import (
     triton_available,
 )
 from .backends import BACKENDS, numba_available
+from .distribution import (
+    SegmentationSamples,
+    TopKResult,
+    semi_crf_streaming_entropy,
+    semi_crf_streaming_sample,
+    semi_crf_streaming_topk,
+)
 from .constants import NEG_INF
 from .pytorch_reference import (
     semi_crf_streaming_backward_pytorch,
@@ -31,17 +39,22 @@ __all__ = [
     "NEG_INF",
     "MarginalsResult",
     "Segment",
+    "SegmentationSamples",
     "SemiCRFStreaming",
     "SemiCRFStreamingNumba",
     "SemiCRFStreamingTriton",
+    "TopKResult",
     "ViterbiResult",
     "labels_to_segments",
     "numba_available",
     "segments_to_labels",
     "semi_crf_streaming_backward_pytorch",
+    "semi_crf_streaming_entropy",
     "semi_crf_streaming_forward",
     "semi_crf_streaming_forward_pytorch",
     "semi_crf_streaming_marginals",
+    "semi_crf_streaming_sample",
+    "semi_crf_streaming_topk",
     "semi_crf_streaming_viterbi",
     "semi_crf_streaming_viterbi_pytorch",
     "triton_available",

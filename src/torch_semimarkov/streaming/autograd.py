@@ -238,6 +238,8 @@ def semi_crf_streaming_forward(
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
     validate: bool = True,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Log partition function (or Viterbi score) of a semi-CRF, streamed in O(K·C) memory.
 
@@ -271,6 +273,11 @@ def semi_crf_streaming_forward(
             operator, with one device-to-host transfer (default True). ``False`` skips them and
             the transfer (no host synchronisation at all); bad values then give wrong results.
             Shapes, dtypes and devices are always checked (that reads no data).
+        label_mask: optional (B, T, C) bool, partial labels: position t may only carry the labels
+            marked True. The result is then log Z (or the best score) of the allowed segmentations.
+        boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
+            starts at t. With either mask the computation runs on the PyTorch path of
+            :mod:`torch_semimarkov.streaming.distribution` (any device, a Python loop over T).
 
     The engine runs as the operator ``torch.ops.torch_semimarkov.forward`` (with a registered
     backward), so ``torch.compile`` and ``torch.export`` see one opaque node (docs/guide.md).
@@ -291,6 +298,9 @@ def semi_crf_streaming_forward(
         torch.Size([4, 4])
     """
     _check_num_warps(num_warps)
+    if label_mask is not None or boundary_mask is not None:
+        return _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end,
+                             label_mask, boundary_mask, validate)
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval,
         check_values=False,
@@ -311,6 +321,30 @@ def semi_crf_streaming_forward(
                            inp.proj_start, inp.proj_end, name, bool(validate), checkpoint_interval, num_warps,
                            time_parallel, needs_grad)[0]
     return score.to(inp.cum_scores.dtype)
+
+
+def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, label_mask,
+                  boundary_mask, validate):
+    """log Z or the best score of the segmentations the masks allow (the PyTorch path)."""
+    from . import distribution
+    if semiring not in ("log", "max"):
+        raise ValueError(f"semiring must be one of ('log', 'max'), got {semiring!r}")
+    if semiring == "log":
+        return distribution.constrained_log_partition(cum_scores, transition, duration_bias, lengths, K, proj_start,
+                                                      proj_end, label_mask, boundary_mask, validate)
+    best = distribution.semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, 1, proj_start,
+                                                proj_end, label_mask, boundary_mask, validate)
+    # the best score, differentiable: the score of the best segmentation (its indicator is the gradient)
+    inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end,
+                                    check_values=False)
+    from ..gold import gold_score
+    starts = torch.zeros_like(best.labels[:, 0], dtype=torch.bool)
+    rows = torch.repeat_interleave(torch.arange(inp.batch, device=starts.device), best.num_segments.reshape(-1))
+    starts[rows, best.segment_starts] = True
+    labels = best.labels[:, 0].clamp(min=0)
+    score = gold_score(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, labels, starts,
+                       inp.proj_start, inp.proj_end)
+    return torch.where(torch.isfinite(best.scores[:, 0]), score, best.scores[:, 0]).to(inp.cum_scores.dtype)
 
 
 def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions, dtype=None):
@@ -481,6 +515,8 @@ def semi_crf_streaming_viterbi(
     backend: str = "auto",
     validate: bool = True,
     *,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
     _validated: Optional[StreamingInputs] = None,
 ) -> ViterbiResult:
     """Viterbi decoding: the most probable segmentation of each sequence (the MAP).
@@ -494,8 +530,9 @@ def semi_crf_streaming_viterbi(
     CPU and the GPU. A sequence with no allowed segmentation gets score ``-inf``, labels -1 and no
     segments.
 
-    ``validate`` is that of :func:`semi_crf_streaming_forward`. The engine runs as the operator
-    ``torch.ops.torch_semimarkov.viterbi``; the segment tensors are built from its labels and
+    ``validate``, ``label_mask`` and ``boundary_mask`` are those of
+    :func:`semi_crf_streaming_forward` (with a mask: the best allowed segmentation, constrained
+    decoding, on the PyTorch path). The engine runs as the operator ``torch.ops.torch_semimarkov.viterbi``; the segment tensors are built from its labels and
     start flags with tensor operations (no Python loop, no host transfer).
 
     Returns:
@@ -514,6 +551,12 @@ def semi_crf_streaming_viterbi(
         0
     """
     _check_num_warps(num_warps)
+    if label_mask is not None or boundary_mask is not None:
+        from .distribution import semi_crf_streaming_topk
+        best = semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, 1, proj_start, proj_end,
+                                       label_mask, boundary_mask, validate)
+        return ViterbiResult(best.scores[:, 0], best.labels[:, 0], best.segment_starts, best.segment_ends,
+                             best.segment_labels, best.segment_offsets)
     if _validated is not None:
         inp, validate = _validated, False
     else:
@@ -576,11 +619,14 @@ def semi_crf_streaming_marginals(
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
     validate: bool = True,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
 ) -> MarginalsResult:
     """Posterior marginals from one streaming forward and backward pass (no edge tensor).
 
-    Takes the inputs of :func:`semi_crf_streaming_forward` (``validate`` included); runs the
-    operators ``torch.ops.torch_semimarkov.forward`` and ``.backward``.
+    Takes the inputs of :func:`semi_crf_streaming_forward` (``validate`` and the masks included;
+    with a mask, the marginals of the distribution restricted to the allowed segmentations, on the
+    PyTorch path); runs the operators ``torch.ops.torch_semimarkov.forward`` and ``.backward``.
 
     Returns:
         :class:`MarginalsResult` ``(log_Z, start, end, position, boundary)``. Not differentiable.
@@ -604,11 +650,19 @@ def semi_crf_streaming_marginals(
     name = _backend_for(inp, use_triton, backend)
     opts = (checkpoint_interval, num_warps, time_parallel)
     with torch.no_grad():
-        log_z, state_a, state_b, meta = ops.forward_op(*args, "log", ps, pe, name, bool(validate), *opts, True)
-        # the gradients of sum_b log Z[b] with respect to the projections are the start / end marginals
-        ones = torch.ones_like(log_z)
-        _, _, _, p_start, p_end = ops.backward_op(ones, *args, ps, pe, log_z, state_a, state_b, meta, name, *opts,
-                                                  [False, False, False, True, True])
+        if label_mask is not None or boundary_mask is not None:
+            from .distribution import check_masks, constrained_marginals
+            if validate:
+                check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
+                                   inp.proj_end)
+            masks = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device)
+            log_z, p_start, p_end = constrained_marginals(inp, *masks)
+        else:
+            log_z, state_a, state_b, meta = ops.forward_op(*args, "log", ps, pe, name, bool(validate), *opts, True)
+            # the gradients of sum_b log Z[b] with respect to the projections are the start / end marginals
+            ones = torch.ones_like(log_z)
+            _, _, _, p_start, p_end = ops.backward_op(ones, *args, ps, pe, log_z, state_a, state_b, meta, name,
+                                                      *opts, [False, False, False, True, True])
     # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
     starts64 = p_start.double().cumsum(1)
     ends64 = p_end.double().cumsum(1)

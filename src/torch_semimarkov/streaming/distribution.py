@@ -1,0 +1,738 @@
+"""Beyond the best path: k-best lists, exact samples, entropy and partial labels.
+
+Every function here works on the inputs of :func:`~torch_semimarkov.semi_crf_streaming_forward`
+(``cum_scores`` (B, T+1, C), a (C, C) or (K, C, C) ``transition``, ``duration_bias`` (K, C),
+``lengths``, ``K``, optional boundary scores) and never forms the (T, K, C, C) edge tensor: each
+step builds the (B, K, C+1, C) block of the segments that end (or start) at one position, uses it,
+and drops it. The recurrences keep one row of messages per position (O(T·C) memory, the size of
+the inputs; O(T·C·k) for a k-best list), never anything of size K·C² per position.
+
+This is the PyTorch path: it runs on any device, one position per step (a Python loop over T),
+in float64. It is exact, and the reference the kernels of later versions are tested against.
+
+Conventions (identical to the engine and to :mod:`torch_semimarkov.oracle`): a segment
+``[s, s+k)`` with label c after one with label c' scores
+
+    S[s+k, c] - S[s, c] + D[k-1, c] + ps[s, c] + pe[s+k-1, c] + Tr[c', c]
+
+and the first segment replaces ``Tr[c', c]`` by ``logsumexp_{c'} Tr[c', c]`` (its predecessor is
+marginalised). Here that predecessor is an extra label, index C, that exists only at position 0:
+every recurrence runs over C+1 predecessor labels and the "start" label ends each traceback.
+
+Partial labels and constraints (``label_mask``, ``boundary_mask``) become, per sequence, end
+position and label, the smallest start a segment may have: a segment ``[s, e)`` with label c is
+allowed iff every position of it allows c and no forced boundary lies strictly inside it; and a
+segment may not start where ``boundary_mask`` is -1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple
+
+import torch
+
+from .constants import NEG_INF
+from .segments import Segment, segment_lists, segment_tensors
+from .validation import StreamingInputs, validate_streaming_inputs
+
+__all__ = [
+    "SegmentationSamples",
+    "TopKResult",
+    "check_masks",
+    "constrained_log_partition",
+    "semi_crf_streaming_entropy",
+    "semi_crf_streaming_sample",
+    "semi_crf_streaming_topk",
+]
+
+_NEG = -math.inf
+
+
+def _forbid64(t: torch.Tensor) -> torch.Tensor:
+    """float64 copy with every forbidden entry (<= NEG_INF, the engine's IMPOSSIBLE too) exactly -inf."""
+    t = t.detach().to(torch.float64)
+    return torch.where(t <= NEG_INF, torch.full_like(t, _NEG), t)
+
+
+def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Validate ``label_mask`` (B, T, C) bool and ``boundary_mask`` (B, T) in {-1, 0, 1}.
+
+    Returns them on ``device`` (bool and int8), or None where not given. Raises ``ValueError`` (or
+    ``TypeError``) naming the argument.
+    """
+    if label_mask is not None:
+        if not isinstance(label_mask, torch.Tensor):
+            raise TypeError(f"label_mask must be a bool tensor (B, T, C), got {type(label_mask).__name__}")
+        if label_mask.dtype != torch.bool:
+            raise ValueError(f"label_mask must be a bool tensor (True: the label is allowed there), got {label_mask.dtype}")
+        if tuple(label_mask.shape) != (B, T, C):
+            raise ValueError(f"label_mask must have shape (batch, T, C) = ({B}, {T}, {C}), got {tuple(label_mask.shape)}")
+        label_mask = label_mask.to(device)
+    if boundary_mask is not None:
+        if not isinstance(boundary_mask, torch.Tensor):
+            raise TypeError(f"boundary_mask must be an integer tensor (B, T), got {type(boundary_mask).__name__}")
+        if boundary_mask.dtype.is_floating_point or boundary_mask.dtype == torch.bool:
+            raise ValueError(
+                "boundary_mask must be an integer tensor with values -1 (no segment starts here), 0 (free) or "
+                f"1 (a segment starts here), got {boundary_mask.dtype}")
+        if tuple(boundary_mask.shape) != (B, T):
+            raise ValueError(f"boundary_mask must have shape (batch, T) = ({B}, {T}), got {tuple(boundary_mask.shape)}")
+        if boundary_mask.numel() and bool(((boundary_mask < -1) | (boundary_mask > 1)).any()):
+            raise ValueError("boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)")
+        boundary_mask = boundary_mask.to(device=device, dtype=torch.int8)
+    return label_mask, boundary_mask
+
+
+class _Model:
+    """The model of one batch in the padded, float64 form every recurrence here uses.
+
+    Position p lives at index ``p + K`` of the time axis (length ``T + 1 + 2K``), so that the K
+    positions before 0 and after T can be sliced without bounds checks (they are never allowed).
+    """
+
+    def __init__(self, inp: StreamingInputs, label_mask=None, boundary_mask=None):
+        S = inp.cum_scores.detach().to(torch.float64)
+        B, T1, C = S.shape
+        T, K = T1 - 1, inp.K
+        dev = S.device
+        self.B, self.T, self.C, self.K, self.device = B, T, C, K, dev
+        self.lengths = inp.lengths
+        self.t_max = int(inp.lengths.max())
+        P = T1 + 2 * K
+        self.S = torch.cat([S[:, :1].expand(B, K, C), S, S[:, -1:].expand(B, K, C)], 1)
+        self.ps = S.new_zeros(B, P, C)  # indexed by a segment's start
+        self.pe = S.new_zeros(B, P, C)  # indexed by a segment's end (exclusive): pe[e] = proj_end[e-1]
+        if inp.proj_start is not None:
+            self.ps[:, K:K + T] = _forbid64(inp.proj_start)
+        if inp.proj_end is not None:
+            self.pe[:, K + 1:K + 1 + T] = _forbid64(inp.proj_end)
+        self.D = _forbid64(inp.duration_bias)  # (K, C)
+        tr = _forbid64(inp.transition)
+        self.direct = tr.dim() == 3
+        self.tr = tr
+        trk = tr.expand(K, C, C) if tr.dim() == 2 else tr
+        # row C: the first segment's phantom predecessor, logsumexp_{c'} Tr[c', c]
+        self.TrK = torch.cat([trk, torch.logsumexp(trk, 1, keepdim=True)], 1)  # (K, C+1, C)
+        self.ks = torch.arange(1, K + 1, device=dev)
+        pos = torch.arange(P, device=dev) - K
+        L = inp.lengths[:, None]
+        start_ok = (pos[None, :] >= 0) & (pos[None, :] < L)
+        if boundary_mask is not None:
+            start_ok[:, K:K + T] &= boundary_mask != -1
+        end_ok = (pos[None, :] >= 1) & (pos[None, :] <= L)
+        zero = S.new_zeros(())
+        self.start_add = torch.where(start_ok, zero, S.new_full((), _NEG))  # (B, P)
+        self.end_add = torch.where(end_ok, zero, S.new_full((), _NEG))
+        # the smallest start of an allowed segment ending at e with label c (None: no masks)
+        self.min_start = None
+        if label_mask is not None or boundary_mask is not None:
+            m = torch.zeros(B, P, C, dtype=torch.long, device=dev)
+            if label_mask is not None:
+                after = torch.arange(1, T + 1, device=dev)[None, :, None]
+                # for an end e: one past the last forbidden position before e
+                m[:, K + 1:K + 1 + T] = torch.cummax(torch.where(label_mask, 0, after), 1).values
+            if boundary_mask is not None:
+                here = torch.arange(T, device=dev)[None, :]
+                # for an end e: the last forced start at or before e-1 (no segment may straddle it)
+                forced = torch.cummax(torch.where(boundary_mask == 1, here, 0), 1).values
+                m[:, K + 1:K + 1 + T] = torch.maximum(m[:, K + 1:K + 1 + T], forced[..., None])
+            self.min_start = m
+
+    # ---------------------------------------------------------------- segment scores
+
+    def seg_by_end(self, t: int) -> torch.Tensor:
+        """(B, K, C): score of the segment ``[t-k, t)`` with label c (row k-1), -inf where forbidden."""
+        K = self.K
+        i = t + K
+        s_idx = i - self.ks  # (K,)
+        seg = self.S[:, i, None, :] - self.S[:, s_idx] + self.D + self.ps[:, s_idx] + self.pe[:, i, None, :]
+        seg = seg + self.start_add[:, s_idx, None] + self.end_add[:, i, None, None]
+        if self.min_start is not None:
+            ok = (t - self.ks)[None, :, None] >= self.min_start[:, i, None, :]
+            seg = seg.masked_fill(~ok, _NEG)
+        return seg
+
+    def seg_by_start(self, s: int) -> torch.Tensor:
+        """(B, K, C): score of the segment ``[s, s+k)`` with label c (row k-1), -inf where forbidden."""
+        K = self.K
+        i = s + K
+        e_idx = i + self.ks
+        seg = self.S[:, e_idx] - self.S[:, i, None, :] + self.D + self.ps[:, i, None, :] + self.pe[:, e_idx]
+        seg = seg + self.start_add[:, i, None, None] + self.end_add[:, e_idx, None]
+        if self.min_start is not None:
+            seg = seg.masked_fill(s < self.min_start[:, e_idx], _NEG)
+        return seg
+
+    def edges(self, seg: torch.Tensor) -> torch.Tensor:
+        """(B, K, C+1, C): a segment score plus the transition from each predecessor label."""
+        return seg[:, :, None, :] + self.TrK
+
+    def walker_edges(self, b: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """(N, K, C+1): for N walkers (sequence b, end t, label c), the edges of every duration and
+        predecessor label into the segment ``[t-k, t)`` with label c."""
+        K = self.K
+        i = t + K
+        s_idx = i[:, None] - self.ks[None, :]  # (N, K)
+        bb, cc = b[:, None], c[:, None]
+        seg = (self.S[b, i, c][:, None] - self.S[bb, s_idx, cc] + self.D[:, c].t() + self.ps[bb, s_idx, cc]
+               + self.pe[b, i, c][:, None] + self.start_add[bb, s_idx] + self.end_add[b, i][:, None])
+        if self.min_start is not None:
+            ok = (t[:, None] - self.ks[None, :]) >= self.min_start[b, i, c][:, None]
+            seg = seg.masked_fill(~ok, _NEG)
+        return seg[:, :, None] + self.TrK[:, :, c].permute(2, 0, 1)
+
+    # ---------------------------------------------------------------- recurrences
+
+    def alpha(self) -> torch.Tensor:
+        """(B, P, C+1) forward messages (log): alpha[:, p+K, c] sums every segmentation of 0..p
+        whose last segment has label c; the start label C is 0 at position 0 only."""
+        B, K, C = self.B, self.K, self.C
+        A = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
+        A[:, K, C] = 0.0
+        for t in range(1, self.t_max + 1):
+            prev = A[:, t:t + K].flip(1)  # (B, K, C+1): positions t-1 .. t-K
+            A[:, t + K, :C] = torch.logsumexp((prev[..., None] + self.edges(self.seg_by_end(t))).flatten(1, 2), 1)
+        return A
+
+    def beta(self) -> torch.Tensor:
+        """(B, P, C+1) backward messages: beta[:, p+K, c] sums every completion of a prefix whose
+        last segment ends at p with label c (0 at each sequence's length); column C at 0 is log Z."""
+        B, K, C = self.B, self.K, self.C
+        Bt = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
+        L = self.lengths
+        for s in range(self.t_max, -1, -1):
+            nxt = Bt[:, s + K + 1:s + 2 * K + 1, :C]  # (B, K, C): ends s+1 .. s+K
+            val = torch.logsumexp((self.edges(self.seg_by_start(s)) + nxt[:, :, None, :]).permute(0, 2, 1, 3).flatten(2), 2)
+            Bt[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(val), val)
+        return Bt
+
+    def log_z(self, A: torch.Tensor) -> torch.Tensor:
+        """(B,) log Z from the forward messages (-inf: no allowed segmentation)."""
+        end = A[torch.arange(self.B, device=self.device), self.lengths + self.K, :self.C]
+        return torch.logsumexp(end, 1)
+
+    def edge_weights(self, A, Bt, log_z, t):
+        """(B, K, C+1, C) posterior probability of each edge ending at t, and the edges."""
+        e = self.edges(self.seg_by_end(t))
+        safe = torch.where(torch.isfinite(log_z), log_z, torch.zeros_like(log_z))
+        x = A[:, t:t + self.K].flip(1)[..., None] + e + Bt[:, t + self.K, None, None, :self.C]
+        mu = torch.exp(x - safe[:, None, None, None])
+        return mu, e
+
+
+class _Grads:
+    """Accumulates per-edge weights into gradients of the engine's inputs."""
+
+    def __init__(self, model: _Model):
+        self.m = model
+        B, C, K = model.B, model.C, model.K
+        P = model.T + 1 + 2 * K
+        z = model.S.new_zeros
+        self.gS = z(B, P, C)
+        self.gps = z(B, P, C)
+        self.gpe = z(B, P, C)
+        self.gD = z(K, C)
+        self.gTr = z(K, C + 1, C)
+
+    def add(self, G: torch.Tensor, t: int) -> None:
+        """G (B, K, C+1, C): weights of the edges ending at t."""
+        K = self.m.K
+        g = G.sum(2)  # (B, K, C)
+        total = g.sum(1)
+        self.gS[:, t + K] += total
+        self.gpe[:, t + K] += total
+        self.gS[:, t:t + K] -= g.flip(1)
+        self.gps[:, t:t + K] += g.flip(1)
+        self.gD += g.sum(0)
+        self.gTr += G.sum(0)
+
+    def result(self, inp: StreamingInputs):
+        """Gradients (cum_scores, transition, duration_bias, proj_start, proj_end) in input dtypes."""
+        m, K, T, C = self.m, self.m.K, self.m.T, self.m.C
+        g_cum = self.gS[:, K:K + T + 1]
+        trk = m.tr.expand(K, C, C) if not m.direct else m.tr
+        # the phantom row: d logsumexp_{c'} Tr[c', c] / d Tr[c', c] = softmax over c'
+        soft = torch.nan_to_num(torch.softmax(trk, 1), nan=0.0)
+        g_tr = self.gTr[:, :C] + self.gTr[:, C:] * soft
+        if not m.direct:
+            g_tr = g_tr.sum(0)
+        dt = inp.cum_scores.dtype
+        g_ps = None if inp.proj_start is None else self.gps[:, K:K + T].to(dt)
+        g_pe = None if inp.proj_end is None else self.gpe[:, K + 1:K + 1 + T].to(dt)
+        return g_cum.to(dt), g_tr.to(inp.transition.dtype), self.gD.to(inp.duration_bias.dtype), g_ps, g_pe
+
+
+def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+               boundary_mask, validate=True):
+    inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
+                                    check_values=validate)
+    lm, bm = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device)
+    return inp, lm, bm
+
+
+# ---------------------------------------------------------------------- constrained log Z
+
+
+class _ConstrainedLogZ(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, label_mask, boundary_mask):
+        model = _Model(inp, label_mask, boundary_mask)
+        A = model.alpha()
+        log_z = model.log_z(A)
+        ctx.stash = (model, A, log_z, inp)
+        return log_z.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        model, A, log_z, inp = ctx.stash
+        Bt = model.beta()
+        acc = _Grads(model)
+        w = grad.detach().to(torch.float64)[:, None, None, None]
+        ok = torch.isfinite(log_z)[:, None, None, None]
+        for t in range(1, model.t_max + 1):
+            mu, _ = model.edge_weights(A, Bt, log_z, t)
+            acc.add(torch.where(ok, mu * w, torch.zeros_like(mu)), t)
+        return acc.result(inp) + (None, None, None)
+
+
+def constrained_log_partition(
+    cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None,
+    label_mask=None, boundary_mask=None, validate=True,
+) -> torch.Tensor:
+    """(B,) log Z of the segmentations that ``label_mask`` and ``boundary_mask`` allow.
+
+    Differentiable with respect to every float input (a hand-written forward-backward pass, not
+    autograd over T). ``-inf`` for a sequence the masks leave no segmentation. With no masks it
+    equals :func:`~torch_semimarkov.semi_crf_streaming_forward` (which is faster: use that).
+
+    Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
+    """
+    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate)
+    return _ConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end,
+                                  inp, lm, bm)
+
+
+def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
+    """(log Z (B,), P_start (B, T, C), P_end (B, T, C)) under the masks (validated inputs)."""
+    model = _Model(inp, label_mask, boundary_mask)
+    A = model.alpha()
+    log_z = model.log_z(A)
+    Bt = model.beta()
+    acc = _Grads(model)
+    ok = torch.isfinite(log_z)[:, None, None, None]
+    for t in range(1, model.t_max + 1):
+        mu, _ = model.edge_weights(A, Bt, log_z, t)
+        acc.add(torch.where(ok, mu, torch.zeros_like(mu)), t)
+    K, T = model.K, model.T
+    dt = inp.cum_scores.dtype
+    return log_z.to(dt), acc.gps[:, K:K + T].to(dt), acc.gpe[:, K + 1:K + 1 + T].to(dt)
+
+
+# ---------------------------------------------------------------------- entropy
+
+
+def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
+    """(B, P, C+1): the expected score of the prefix given that its last segment ends at p with
+    label c, under the prefix distribution proportional to exp(alpha)."""
+    B, K, C = model.B, model.K, model.C
+    Ea = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
+    for t in range(1, model.t_max + 1):
+        e = model.edges(model.seg_by_end(t))
+        x = A[:, t:t + K].flip(1)[..., None] + e  # (B, K, C+1, C)
+        here = A[:, t + K, None, None, :C]
+        w = torch.exp(x - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
+        val = Ea[:, t:t + K].flip(1)[..., None] + e
+        Ea[:, t + K, :C] = torch.where(w > 0, w * val, torch.zeros_like(w)).sum((1, 2))
+    return Ea
+
+
+def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
+    """(B, P, C+1): the expected score of the completion of a prefix ending at p with label c."""
+    B, K, C = model.B, model.K, model.C
+    Eb = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
+    L = model.lengths
+    for s in range(model.t_max - 1, -1, -1):
+        e = model.edges(model.seg_by_start(s))  # (B, K, C+1, C): ends s+1 .. s+K
+        nxt = Bt[:, s + K + 1:s + 2 * K + 1, None, :C]
+        here = Bt[:, s + K][:, None, :, None]  # (B, 1, C+1, 1): the predecessor label's beta
+        v = torch.exp(e + nxt - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
+        val = e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C]
+        tot = torch.where(v > 0, v * val, torch.zeros_like(v)).sum((1, 3))
+        Eb[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(tot), tot)
+    return Eb
+
+
+class _Entropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, label_mask, boundary_mask):
+        model = _Model(inp, label_mask, boundary_mask)
+        A = model.alpha()
+        log_z = model.log_z(A)
+        Ea = _expected_prefix(model, A)
+        idx = torch.arange(model.B, device=model.device)
+        end = A[idx, model.lengths + model.K, :model.C]
+        ok = torch.isfinite(log_z)
+        p_last = torch.exp(end - torch.where(ok, log_z, torch.zeros_like(log_z))[:, None])
+        e_last = Ea[idx, model.lengths + model.K, :model.C]
+        expected = torch.where(p_last > 0, p_last * e_last, torch.zeros_like(p_last)).sum(1)
+        H = torch.where(ok, log_z - expected, torch.zeros_like(log_z))
+        ctx.stash = (model, A, Ea, log_z, expected, inp)
+        return H.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        model, A, Ea, log_z, expected, inp = ctx.stash
+        Bt = model.beta()
+        Eb = _expected_suffix(model, Bt)
+        acc = _Grads(model)
+        K, C = model.K, model.C
+        w = grad.detach().to(torch.float64)
+        ok = torch.isfinite(log_z)
+        w = torch.where(ok, w, torch.zeros_like(w))[:, None, None, None]
+        for t in range(1, model.t_max + 1):
+            mu, e = model.edge_weights(A, Bt, log_z, t)
+            # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
+            cond = Ea[:, t:t + K].flip(1)[..., None] + e + Eb[:, t + K, None, None, :C]
+            g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None]), torch.zeros_like(mu))
+            acc.add(g * w, t)
+        return acc.result(inp) + (None, None, None)
+
+
+def semi_crf_streaming_entropy(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Entropy ``H = -sum_y P(y) log P(y)`` (nats) of the distribution over segmentations, (B,).
+
+    Computed exactly by streaming passes in the expectation semiring, ``H = log Z - E[score]``,
+    never by enumeration; differentiable with respect to every float input (the gradient
+    ``dH/d(edge) = -P(edge) (E[score | edge] - E[score])`` comes from one more forward-backward
+    pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
+    With masks, the entropy of the distribution restricted to the allowed segmentations.
+
+    Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
+
+    Returns:
+        (B,) in the dtype of ``cum_scores``; 0 (with zero gradients) for a sequence that has no
+        allowed segmentation.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_entropy
+        >>> cum = torch.nn.functional.pad(torch.randn(2, 30, 3).cumsum(1), (0, 0, 1, 0)).requires_grad_()
+        >>> H = semi_crf_streaming_entropy(cum, torch.zeros(3, 3), torch.zeros(6, 3), torch.tensor([30, 12]), 6)
+        >>> H.sum().backward(); bool((H > 0).all()), cum.grad.shape
+        (True, torch.Size([2, 31, 3]))
+    """
+    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate)
+    return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
+
+
+# ---------------------------------------------------------------------- results
+
+
+class _Segmentations:
+    """Segmentations with leading batch dimensions, tensor-first (the layout of ViterbiResult).
+
+    ``labels`` (*lead, T); ``segment_starts`` / ``segment_ends`` (exclusive) / ``segment_labels``
+    (N,), concatenated in row-major order of the leading dimensions; ``segment_offsets``
+    (prod(lead) + 1,): row r (flattened) owns ``[offsets[r], offsets[r+1])``.
+    """
+
+    def _set_segments(self, labels: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor):
+        lead = labels.shape[:-1]
+        T = labels.shape[-1]
+        flat_len = lengths.expand(lead).reshape(-1) if lengths.dim() else lengths
+        s, e, c, o = segment_tensors(labels.reshape(-1, T), starts.reshape(-1, T), flat_len)
+        self.labels = labels
+        self.segment_starts, self.segment_ends, self.segment_labels, self.segment_offsets = s, e, c, o
+        self._segments = None
+
+    @property
+    def segments(self) -> List[List[Segment]]:
+        """Python lists of :class:`Segment`, one per flattened row (built on first access)."""
+        if self._segments is None:
+            self._segments = segment_lists(self.segment_starts, self.segment_ends, self.segment_labels,
+                                           self.segment_offsets)
+        return self._segments
+
+    @property
+    def num_segments(self) -> torch.Tensor:
+        """(*lead) long: the number of segments of each segmentation."""
+        return self.segment_offsets.diff().reshape(self.labels.shape[:-1])
+
+
+class TopKResult(_Segmentations):
+    """The k best segmentations of each sequence, best first.
+
+    Attributes:
+        scores: (B, k) the segmentations' scores (unnormalised log-probabilities), descending;
+            ``-inf`` for a rank that does not exist (fewer than k allowed segmentations).
+        labels: (B, k, T) long, -1 past each length and for missing ranks.
+        segment_starts, segment_ends, segment_labels: (N,) long, every segment, ordered by
+            sequence, then rank, then position.
+        segment_offsets: (B·k + 1,): rank r of sequence b owns ``[offsets[b·k + r], offsets[b·k + r + 1])``.
+        segments: Python lists per (b, r) in the same flattened order, built on request.
+    """
+
+    def __init__(self, scores, labels, starts, lengths):
+        self.scores = scores
+        self._set_segments(labels, starts, lengths[:, None])
+
+    def segments_of(self, b: int, r: int) -> List[Segment]:
+        """The segments of rank r of sequence b."""
+        return self.segments[b * self.scores.shape[1] + r]
+
+    def __repr__(self) -> str:
+        B, k, T = self.labels.shape
+        return f"TopKResult(batch={B}, k={k}, T={T}, segments={self.segment_starts.numel()}, device={self.labels.device})"
+
+
+class SegmentationSamples(_Segmentations):
+    """Exact samples from P(segmentation | inputs).
+
+    Attributes:
+        labels: (S, B, T) long, -1 past each length (and everywhere for a sequence with no
+            allowed segmentation).
+        log_prob: (S, B) log P(sample) = score - log Z (``-inf`` where no segmentation exists).
+        scores: (S, B) the samples' scores.
+        segment_starts, segment_ends, segment_labels: (N,) long, ordered by sample, then
+            sequence, then position; ``segment_offsets`` (S·B + 1,): sample s of sequence b owns
+            ``[offsets[s·B + b], offsets[s·B + b + 1])``.
+    """
+
+    def __init__(self, labels, starts, lengths, scores, log_prob):
+        self.scores = scores
+        self.log_prob = log_prob
+        self._set_segments(labels, starts, lengths[None, :])
+
+    def __repr__(self) -> str:
+        S, B, T = self.labels.shape
+        return (f"SegmentationSamples(samples={S}, batch={B}, T={T}, segments={self.segment_starts.numel()}, "
+                f"device={self.labels.device})")
+
+
+def _walk(model: _Model, b, t, c, choose):
+    """Trace N walkers back from (sequence b, end t, label c) to position 0.
+
+    ``choose(walkers, their ends, their labels, edges (n, K, C+1)) -> flat index into (K, C+1)``
+    picks each walker's previous segment. Returns labels (N, T), start flags (N, T) and each walker's summed edge score (N,).
+    Walkers with t = 0 are finished from the start (no segmentation).
+    """
+    N, T, C, K = b.shape[0], model.T, model.C, model.K
+    dev = model.device
+    start_label = torch.full((N, T + 1), -1, dtype=torch.long, device=dev)
+    flags = torch.zeros(N, T + 1, dtype=torch.bool, device=dev)
+    score = model.S.new_zeros(N)
+    t, c = t.clone(), c.clone()
+    active = (t > 0).nonzero().reshape(-1)
+    while active.numel():
+        ba, ta, ca = b[active], t[active], c[active]
+        e = model.walker_edges(ba, ta, ca)  # (n, K, C+1)
+        idx = choose(active, ta, ca, e)
+        k = idx // (C + 1) + 1
+        prev = idx % (C + 1)
+        s = ta - k
+        score[active] += e.reshape(e.shape[0], -1).gather(1, idx[:, None]).squeeze(1)
+        flags[active, s] = True
+        start_label[active, s] = ca
+        t[active] = s
+        c[active] = prev
+        active = active[s > 0]
+    # each position takes the label of the last segment start at or before it
+    pos = torch.arange(T + 1, device=dev)[None, :]
+    last = torch.cummax(torch.where(flags, pos, torch.zeros_like(pos)), 1).values
+    labels = start_label.gather(1, last)[:, :T]
+    return labels, flags[:, :T], score
+
+
+def _fill_past_length(labels, lengths):
+    T = labels.shape[-1]
+    past = torch.arange(T, device=labels.device) >= lengths[..., None]
+    return labels.masked_fill(past, -1)
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+def semi_crf_streaming_sample(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    num_samples: int = 1,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+    validate: bool = True,
+) -> SegmentationSamples:
+    """Exact samples from P(segmentation) by forward filtering, backward sampling.
+
+    One forward pass keeps the messages alpha (B, T+1, C+1); each sample then walks back from its
+    sequence's end, drawing the last segment's label from ``softmax(alpha_L)`` and each previous
+    (duration, label) from ``softmax(alpha_{t-k}(c') + edge)``. The draws are exact (no
+    perturbation, no MCMC). All samples and sequences walk together (one step per segment).
+
+    Args:
+        cum_scores ... K, proj_start, proj_end: as :func:`~torch_semimarkov.semi_crf_streaming_forward`.
+        num_samples: S, samples per sequence.
+        label_mask, boundary_mask: sample from the distribution restricted to the allowed
+            segmentations (see :func:`semi_crf_streaming_topk`).
+        generator: a ``torch.Generator`` on the device of the inputs, for reproducible samples.
+
+    Returns:
+        :class:`SegmentationSamples`: ``labels`` (S, B, T), ``log_prob`` (S, B), ``scores`` (S, B) and
+        the segment tensors. Not differentiable (use :func:`semi_crf_streaming_entropy` or the
+        log-probability of the samples for score-function estimators).
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_sample
+        >>> cum = torch.nn.functional.pad(torch.randn(2, 20, 3).cumsum(1), (0, 0, 1, 0))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> out = semi_crf_streaming_sample(cum, torch.zeros(3, 3), torch.zeros(5, 3), torch.tensor([20, 9]), 5,
+        ...                                 num_samples=4, generator=g)
+        >>> out.labels.shape, bool((out.log_prob <= 0).all())
+        (torch.Size([4, 2, 20]), True)
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate)
+    with torch.no_grad():
+        model = _Model(inp, lm, bm)
+        A = model.alpha()
+        log_z = model.log_z(A)
+        S, B, C = num_samples, model.B, model.C
+        dev = model.device
+        b = torch.arange(B, device=dev).repeat(S)  # row s*B + b
+        L = model.lengths[b]
+        ok = torch.isfinite(log_z)[b]
+        end = A[b, L + model.K, :C]
+        last = torch.multinomial(torch.softmax(torch.where(ok[:, None], end, torch.zeros_like(end)), 1), 1,
+                                 generator=generator).squeeze(1)
+        t = torch.where(ok, L, torch.zeros_like(L))
+
+        def choose(active, ta, ca, e):
+            prev = A[b[active][:, None], ta[:, None] + model.K - model.ks[None, :]]  # (n, K, C+1)
+            p = torch.softmax((prev + e).reshape(e.shape[0], -1), 1)
+            return torch.multinomial(p, 1, generator=generator).squeeze(1)
+
+        labels, flags, score = _walk(model, b, t, last, choose)
+        labels = _fill_past_length(labels, L)
+        neg = torch.full_like(score, _NEG)
+        score = torch.where(ok, score, neg)
+        log_prob = torch.where(ok, score - log_z[b], neg)
+        dt = inp.cum_scores.dtype
+        T = model.T
+        return SegmentationSamples(labels.reshape(S, B, T), flags.reshape(S, B, T), model.lengths,
+                                   score.reshape(S, B).to(dt), log_prob.reshape(S, B).to(dt))
+
+
+# ---------------------------------------------------------------------- top-k
+
+
+def semi_crf_streaming_topk(
+    cum_scores: torch.Tensor,
+    transition: torch.Tensor,
+    duration_bias: torch.Tensor,
+    lengths: torch.Tensor,
+    K: int,
+    k: int,
+    proj_start: Optional[torch.Tensor] = None,
+    proj_end: Optional[torch.Tensor] = None,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
+    validate: bool = True,
+) -> TopKResult:
+    """The k highest-scoring distinct segmentations of each sequence, best first.
+
+    A k-best Viterbi: each (position, label) keeps its k best prefixes (scores and backpointers,
+    O(T·C·k) memory); the final k are traced back together. Rank 0 is the Viterbi segmentation
+    (:func:`~torch_semimarkov.semi_crf_streaming_viterbi`, the same tie-breaking). Ties break
+    deterministically: toward the shorter last segment, then the smaller predecessor label, then
+    the better-ranked prefix; at the end toward the smaller final label.
+
+    Args:
+        cum_scores ... K, proj_start, proj_end: as :func:`~torch_semimarkov.semi_crf_streaming_forward`.
+        k: how many segmentations per sequence (>= 1).
+        label_mask: optional (B, T, C) bool: position t may only carry the labels marked True.
+        boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
+            starts at t (partial annotations, known landmarks).
+        validate: check the input values (one device-to-host transfer).
+
+    Returns:
+        :class:`TopKResult`: ``scores`` (B, k), ``labels`` (B, k, T) and the segment tensors. A
+        rank that does not exist has score ``-inf``, labels -1 and no segments.
+
+    Example:
+        >>> import torch
+        >>> from torch_semimarkov import semi_crf_streaming_topk
+        >>> cum = torch.nn.functional.pad(torch.randn(1, 10, 2).cumsum(1), (0, 0, 1, 0))
+        >>> out = semi_crf_streaming_topk(cum, torch.zeros(2, 2), torch.zeros(3, 2), torch.tensor([10]), 3, k=4)
+        >>> out.scores.shape, bool((out.scores[0, :-1] >= out.scores[0, 1:]).all())
+        (torch.Size([1, 4]), True)
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate)
+    with torch.no_grad():
+        model = _Model(inp, lm, bm)
+        B, C, Kd, T = model.B, model.C, model.K, model.T
+        dev = model.device
+        P = T + 1 + 2 * Kd
+        # V[:, p+K, c, r]: the r-th best prefix score ending at p with label c; bp its origin,
+        # a flat index into (duration, predecessor label, predecessor rank)
+        V = model.S.new_full((B, P, C + 1, k), _NEG)
+        V[:, Kd, C, 0] = 0.0
+        bp = torch.zeros(B, P, C, k, dtype=torch.long, device=dev)
+        for t in range(1, model.t_max + 1):
+            e = model.edges(model.seg_by_end(t))  # (B, K, C+1, C)
+            prev = V[:, t:t + Kd].flip(1)  # (B, K, C+1, k)
+            cand = (prev[:, :, :, None, :] + e[..., None]).permute(0, 3, 1, 2, 4).reshape(B, C, -1)
+            vals, order = torch.sort(cand, dim=2, descending=True, stable=True)
+            V[:, t + Kd, :C] = vals[:, :, :k] if vals.shape[2] >= k else torch.nn.functional.pad(
+                vals, (0, k - vals.shape[2]), value=_NEG)
+            n = min(k, order.shape[2])
+            bp[:, t + Kd, :, :n] = order[:, :, :n]
+        idx = torch.arange(B, device=dev)
+        final = V[idx, model.lengths + Kd, :C].reshape(B, C * k)  # order (label, rank)
+        fvals, forder = torch.sort(final, dim=1, descending=True, stable=True)
+        n = min(k, C * k)
+        scores = fvals[:, :n]
+        c_last = forder[:, :n] // k
+        r_last = forder[:, :n] % k
+        # trace B*k walkers; a missing rank (score -inf) has no segmentation
+        b = idx.repeat_interleave(k)
+        ok = torch.isfinite(scores.reshape(-1))
+        L = model.lengths[b]
+        t0 = torch.where(ok, L, torch.zeros_like(L))
+        rank = r_last.reshape(-1).clone()
+
+        def choose(active, ta, ca, e):
+            flat = bp[b[active], ta + Kd, ca, rank[active]]
+            dur = flat // ((C + 1) * k) + 1
+            rem = flat % ((C + 1) * k)
+            rank[active] = rem % k
+            return (dur - 1) * (C + 1) + rem // k
+
+        labels, flags, _ = _walk(model, b, t0, c_last.reshape(-1), choose)
+        labels = _fill_past_length(labels, L).masked_fill(~ok[:, None], -1)
+        flags = flags & ok[:, None]
+        scores = scores.to(inp.cum_scores.dtype)
+        return TopKResult(scores, labels.reshape(B, k, T), flags.reshape(B, k, T), model.lengths)
