@@ -1,0 +1,134 @@
+"""Top-k, sampling, entropy and masks against Viterbi and forward+backward, in one run.
+
+For each size (B, T, K, C) it times, on one device and with the same random model:
+
+* ``viterbi``: the engine's Viterbi (``semi_crf_streaming_viterbi``, backend auto);
+* ``fwd_bwd``: the engine's log Z and its gradients;
+* ``topk5``: ``semi_crf_streaming_topk(k=5)``;
+* ``sample16``: ``semi_crf_streaming_sample(num_samples=16)``;
+* ``entropy_grad``: ``semi_crf_streaming_entropy`` and its gradient;
+* ``masked_fwd_bwd``: log Z of a partially labelled batch (``label_mask`` + ``boundary_mask``) and
+  its gradients.
+
+and reports the ratios the issue sets targets for (top-k / Viterbi <= 5, samples / fwd+bwd <= 2,
+entropy+grad / fwd+bwd <= 2, masked / unmasked fwd+bwd <= 1.1). Engine timings are medians of
+``--repeat`` runs after a warm-up; the PyTorch-path functions (a Python loop over T) run
+``--repeat-slow`` times (default 1) after a warm-up at T = 200.
+
+Usage: ``python benchmarks/bench_distribution.py [--device cuda] [--sizes 16,10000,100,24 ...] [--out F]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn, device, repeat):
+    times = []
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _problem(B, T, K, C, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(B, T, C, generator=g) * 0.5
+    cum = torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)).to(device)
+    tr = (torch.randn(C, C, generator=g) * 0.5).to(device)
+    db = (torch.randn(K, C, generator=g) * 0.5).to(device)
+    lengths = torch.full((B,), T, dtype=torch.long).to(device)
+    # partial labels: every 50th position's label is known and a boundary at every 500th position
+    label_mask = torch.ones(B, T, C, dtype=torch.bool)
+    known = torch.randint(0, C, (B, T), generator=g)
+    label_mask[:, ::50] = torch.nn.functional.one_hot(known[:, ::50], C).bool()
+    boundary_mask = torch.zeros(B, T, dtype=torch.long)
+    boundary_mask[:, ::500] = 1
+    return cum, tr, db, lengths, label_mask.to(device), boundary_mask.to(device)
+
+
+def run_size(B, T, K, C, device, repeat, repeat_slow, log):
+    from torch_semimarkov import (semi_crf_streaming_entropy, semi_crf_streaming_forward,
+                                  semi_crf_streaming_sample, semi_crf_streaming_topk, semi_crf_streaming_viterbi)
+
+    cum, tr, db, lengths, lm, bm = _problem(B, T, K, C, device)
+
+    def fwd_bwd(**masks):
+        c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
+        semi_crf_streaming_forward(c, t, d, lengths, K, **masks).sum().backward()
+
+    def entropy_grad():
+        c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
+        semi_crf_streaming_entropy(c, t, d, lengths, K).sum().backward()
+
+    def sample():
+        semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16,
+                                  generator=torch.Generator(device=device).manual_seed(0))
+
+    jobs = {
+        "viterbi": (lambda: semi_crf_streaming_viterbi(cum, tr, db, lengths, K), repeat),
+        "fwd_bwd": (fwd_bwd, repeat),
+        "topk5": (lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5), repeat_slow),
+        "sample16": (sample, repeat_slow),
+        "entropy_grad": (entropy_grad, repeat_slow),
+        "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm), repeat_slow),
+    }
+    out = {}
+    for name, (fn, n) in jobs.items():
+        fn()  # warm-up (compiles kernels on first use)
+        out[name] = _time(fn, device, n)
+        log(f"  {name:>15}: {out[name]:10.2f} ms")
+    out["ratio_topk5_over_viterbi"] = out["topk5"] / out["viterbi"]
+    out["ratio_sample16_over_fwd_bwd"] = out["sample16"] / out["fwd_bwd"]
+    out["ratio_entropy_grad_over_fwd_bwd"] = out["entropy_grad"] / out["fwd_bwd"]
+    out["ratio_masked_over_fwd_bwd"] = out["masked_fwd_bwd"] / out["fwd_bwd"]
+    log("  ratios: " + ", ".join(f"{k[6:]} {v:.1f}" for k, v in out.items() if k.startswith("ratio_")))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--sizes", nargs="+", default=None, help="B,T,K,C tuples (default: by device)")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat-slow", type=int, default=1)
+    p.add_argument("--out", default="bench_distribution.json")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if args.sizes is None:
+        args.sizes = ["16,10000,100,24"] if device.type == "cuda" else ["4,1000,32,8"]
+
+    def log(msg):
+        print(msg, flush=True)
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    log(f"device {name}, torch {torch.__version__}")
+    results = []
+    for spec in args.sizes:
+        B, T, K, C = (int(x) for x in spec.split(","))
+        log(f"B={B} T={T} K={K} C={C}")
+        # warm-up of the PyTorch-path functions at a small T
+        run_size(min(B, 2), 200, K, C, device, 1, 1, lambda m: None)
+        results.append(dict(B=B, T=T, K=K, C=C, **run_size(B, T, K, C, device, args.repeat, args.repeat_slow, log)))
+    with open(args.out, "w") as f:
+        json.dump(dict(device=name, torch=torch.__version__, results=results), f, indent=1)
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
