@@ -469,7 +469,7 @@ class _Segmentations:
 
     @property
     def num_segments(self) -> torch.Tensor:
-        """(*lead) long: the number of segments of each segmentation."""
+        """Long tensor of the leading shape (``labels.shape[:-1]``): the number of segments of each segmentation."""
         return self.segment_offsets.diff().reshape(self.labels.shape[:-1])
 
 
