@@ -701,15 +701,23 @@ def semi_crf_streaming_topk(
         V = model.S.new_full((B, P, C + 1, k), _NEG)
         V[:, Kd, C, 0] = 0.0
         bp = torch.zeros(B, P, C, k, dtype=torch.long, device=dev)
+        n_pairs = Kd * (C + 1)
+        kp = min(k, n_pairs)
         for t in range(1, model.t_max + 1):
-            e = model.edges(model.seg_by_end(t))  # (B, K, C+1, C)
-            prev = V[:, t:t + Kd].flip(1)  # (B, K, C+1, k)
-            cand = (prev[:, :, :, None, :] + e[..., None]).permute(0, 3, 1, 2, 4).reshape(B, C, -1)
+            e = model.edges(model.seg_by_end(t)).reshape(B, n_pairs, C).transpose(1, 2)  # (B, C, pairs)
+            prev = V[:, t:t + Kd].flip(1).reshape(B, n_pairs, k)  # each pair's list, sorted
+            # the k best candidates all come from the k pairs (duration, predecessor label) with the
+            # best first entries (ties toward the smaller pair): select those, then sort their k·k
+            # candidates in (pair, rank) order, so that a stable sort breaks ties by flat index
+            heads = prev[:, None, :, 0] + e  # (B, C, pairs)
+            pairs = torch.sort(heads, dim=2, descending=True, stable=True).indices[:, :, :kp]
+            pairs = torch.sort(pairs, dim=2).values
+            lists = prev[:, None].expand(B, C, n_pairs, k).gather(2, pairs[..., None].expand(B, C, kp, k))
+            cand = (lists + e.gather(2, pairs)[..., None]).reshape(B, C, kp * k)
             vals, order = torch.sort(cand, dim=2, descending=True, stable=True)
-            V[:, t + Kd, :C] = vals[:, :, :k] if vals.shape[2] >= k else torch.nn.functional.pad(
-                vals, (0, k - vals.shape[2]), value=_NEG)
-            n = min(k, order.shape[2])
-            bp[:, t + Kd, :, :n] = order[:, :, :n]
+            flat = pairs.gather(2, order // k) * k + order % k  # index into (pair, rank)
+            V[:, t + Kd, :C] = vals[:, :, :k]  # kp·k >= k candidates
+            bp[:, t + Kd] = flat[:, :, :k]
         idx = torch.arange(B, device=dev)
         final = V[idx, model.lengths + Kd, :C].reshape(B, C * k)  # order (label, rank)
         fvals, forder = torch.sort(final, dim=1, descending=True, stable=True)
