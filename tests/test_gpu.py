@@ -252,3 +252,33 @@ def test_operators_carry_the_triton_state(kcc):
         grads[backend] = [leaves[k].grad for k in names]
     for a, b in zip(grads["triton"], grads["torch"]):
         assert_close(a, b, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
+    """The PyTorch path of streaming/distribution.py on CUDA tensors gives the CPU's results."""
+    from torch_semimarkov import (semi_crf_streaming_entropy, semi_crf_streaming_forward, semi_crf_streaming_sample,
+                                  semi_crf_streaming_topk)
+
+    cpu = make_inputs(3, 120, 7, 4, lengths=[120, 77, 5], duration_transitions=kcc, proj="both", seed=12)
+    cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
+    gpu = _cuda(cpu, torch.float64)
+    lm = torch.ones(3, 120, 4, dtype=torch.bool)
+    lm[:, 10:20, 0] = False
+    bm = torch.zeros(3, 120, dtype=torch.long)
+    bm[:, 30] = 1
+    for got, want in ((gpu, cpu),):
+        a = semi_crf_streaming_topk(**got, k=4, label_mask=lm.cuda(), boundary_mask=bm.cuda())
+        b = semi_crf_streaming_topk(**want, k=4, label_mask=lm, boundary_mask=bm)
+        assert torch.equal(a.labels.cpu(), b.labels)
+        assert_close(a.scores.cpu(), b.scores, rtol=0, atol=1e-9)
+        ha = semi_crf_streaming_entropy(**got)
+        hb = semi_crf_streaming_entropy(**want)
+        assert_close(ha.cpu(), hb, rtol=0, atol=1e-9)
+        za = semi_crf_streaming_forward(**got, label_mask=lm.cuda())
+        zb = semi_crf_streaming_forward(**want, label_mask=lm)
+        assert_close(za.cpu(), zb, rtol=0, atol=1e-9)
+    s = semi_crf_streaming_sample(**gpu, num_samples=64, generator=torch.Generator(device="cuda").manual_seed(0))
+    assert s.labels.is_cuda and s.labels.shape == (64, 3, 120)
+    assert ((s.labels >= 0).sum(-1).cpu() == torch.tensor([120, 77, 5])).all()
+    assert (s.log_prob <= 1e-9).all()
