@@ -527,7 +527,19 @@ def run_lightning(args) -> int:
 
     n_seq = W * args.batch_size * n_steps
     data = make_dataset(n_seq, args)
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=False, collate_fn=collate_segments, num_workers=0)
+    # generated once and cycled: the synthetic sequences are made on the host (~20 ms per sequence at
+    # T = 50,000), which would otherwise sit inside the steps of whichever rank waits for the other
+    pool = [data[i] for i in range(min(n_seq, 2 * W * args.batch_size))]
+
+    class Cycled(torch.utils.data.Dataset):
+        def __len__(self):
+            return n_seq
+
+        def __getitem__(self, i):
+            return pool[i % len(pool)]
+
+    loader = DataLoader(Cycled(), batch_size=args.batch_size, shuffle=False, collate_fn=collate_segments,
+                        num_workers=0)
     torch.manual_seed(args.seed)
     module = SemiCRFLightningModule(
         CNNEncoder(data.num_features, args.hidden),

@@ -212,9 +212,13 @@ def test_training_step_never_syncs_without_validation(time_parallel):
     assert torch.isfinite(loss)
 
 
-def test_compiled_training_step_on_cuda_equals_eager():
+def test_compiled_training_step_on_cuda_equals_eager(monkeypatch):
     """inductor on CUDA, fullgraph, dynamic T: equal to eager, one graph for new lengths and T."""
     from torch._dynamo.utils import counters
+
+    # the autouse NaN-filling wrapper of torch.empty (conftest) would be traced into the graph, and
+    # inductor fails on it; this test checks the compiled model, not uninitialised memory
+    monkeypatch.undo()
 
     torch.manual_seed(0)
     model = _head_model(False, boundary_scores=True)
