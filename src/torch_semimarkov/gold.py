@@ -59,6 +59,19 @@ def _raise_bad_labels(labels, lengths, num_classes, ignore_index, bad_inside, ba
     )
 
 
+def _bad_labels(labels, valid, num_classes: int, ignore_index: int):
+    """(B, T) bool pair: a label out of [0, C) inside a sequence; a label other than ignore_index past it."""
+    return valid & ((labels < 0) | (labels >= num_classes)), (~valid) & (labels != ignore_index)
+
+
+def any_bad_label(labels: torch.Tensor, lengths: torch.Tensor, num_classes: int, ignore_index: int = -100) -> torch.Tensor:
+    """0-d bool tensor, on the device, without reading it: whether :func:`labels_to_starts` with
+    ``check=True`` would raise for these labels (shapes and dtypes already checked)."""
+    labels = labels.to(device=lengths.device, dtype=torch.long)
+    inside, outside = _bad_labels(labels, _valid_mask(lengths, labels.shape[1]), num_classes, ignore_index)
+    return (inside | outside).any()
+
+
 def labels_to_starts(
     labels: torch.Tensor,
     lengths: torch.Tensor,
@@ -104,8 +117,7 @@ def labels_to_starts(
     T = labels.shape[1]
     labels = labels.to(device=lengths.device, dtype=torch.long)
     valid = _valid_mask(lengths, T)
-    bad_inside = valid & ((labels < 0) | (labels >= num_classes))
-    bad_outside = (~valid) & (labels != ignore_index)
+    bad_inside, bad_outside = _bad_labels(labels, valid, num_classes, ignore_index)
     if not check:
         labels = labels.clamp(0, num_classes - 1)
     elif bool((bad_inside | bad_outside).any()):  # one transfer; the details only on failure

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from .durations import DurationDistribution, make_duration
-from .gold import FORBIDDEN_REASONS, forbidden_terms, gold_score, labels_to_starts, segments_to_starts
+from .gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
+                   segments_to_starts)
 from .streaming.autograd import (
     _debug,
     semi_crf_streaming_forward,
@@ -34,7 +35,7 @@ from .streaming.distribution import (
 )
 from .streaming.backends import BACKENDS
 from .streaming.ops import cumsum_time
-from .streaming.validation import lengths_from, refuse_jit_trace
+from .streaming.validation import check_value_stats, float_inputs, lengths_from, refuse_jit_trace, value_stats
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -489,17 +490,20 @@ class SemiMarkovCRFHead(nn.Module):
                     out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
                     **self._engine_kwargs(out))
             except ValueError as exc:
-                if "cum_scores contains" in str(exc):
-                    # only on failure: say where the non-finite score came from
-                    with torch.no_grad():
-                        valid, _, scores = self._project(hidden_states, out.lengths)
-                    self._check_finite(scores, valid)
+                self._explain_non_finite(exc, hidden_states, out.lengths)
                 raise
         return out._replace(partition=partition)
 
+    def _explain_non_finite(self, exc: ValueError, hidden_states: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Only on failure: say where a non-finite per-position score came from."""
+        if "cum_scores contains" in str(exc):
+            with torch.no_grad():
+                valid, _, scores = self._project(hidden_states, lengths)
+            self._check_finite(scores, valid)
+
     # ------------------------------------------------------------------ loss
 
-    def _gold_tensors(self, out: SemiCRFOutput, labels, segments):
+    def _gold_tensors(self, out: SemiCRFOutput, labels, segments, check: Optional[bool] = None):
         T = out.cum_scores.shape[1] - 1
         if (labels is None) == (segments is None):
             raise ValueError("pass exactly one of labels (B, T) or segments (a list of segment lists)")
@@ -511,7 +515,7 @@ class SemiMarkovCRFHead(nn.Module):
             # a run longer than its label's maximum is split into pieces of that maximum
             max_d = self.max_duration if self.label_max_duration is None else self.label_max_duration
             lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index,
-                                           check=self.validate)
+                                           check=self.validate if check is None else check)
         else:
             lab, starts = segments_to_starts(segments, out.lengths, T, self.num_classes, self.max_duration)
         return lab, starts
@@ -605,26 +609,63 @@ class SemiMarkovCRFHead(nn.Module):
                                  "(partial labels), not both")
             return self._partial_loss(hidden_states, lengths, mask, label_mask, boundary_mask, reduction,
                                       zero_infinity)
-        out = self.forward(hidden_states, lengths, mask=mask)
-        lab, starts = self._gold_tensors(out, labels, segments)
-        code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start, out.proj_end)
-        # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
-        infinite = torch.isneginf(out.partition) | (code > 0).any(1)
-        if self.validate and not zero_infinity and bool(infinite.any()):
-            b = int(infinite.nonzero()[0])
-            if bool(torch.isneginf(out.partition[b])):
-                raise ValueError(
-                    f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
-                    "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
-                    "length; pass zero_infinity=True to give such sequences loss 0"
-                )
-            self._raise_forbidden_gold(out, lab, starts, code, b)
+        if self.validate and not torch.compiler.is_compiling():
+            out, lab, starts, infinite = self._checked_gold(hidden_states, lengths, mask, labels, segments,
+                                                            zero_infinity)
+        else:
+            out = self.forward(hidden_states, lengths, mask=mask)
+            lab, starts = self._gold_tensors(out, labels, segments)
+            code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start,
+                                   out.proj_end)
+            # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
+            infinite = torch.isneginf(out.partition) | (code > 0).any(1)
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             gold = gold_score(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
                 proj_start=out.proj_start, proj_end=out.proj_end,
             )
         return _reduce(out.partition - gold, infinite, zero_infinity, reduction, out.lengths)
+
+    def _checked_gold(self, hidden_states, lengths, mask, labels, segments, zero_infinity):
+        """log Z and the gold tensors with every check of ``validate=True`` in ONE device-to-host
+        transfer: the engine's input values, the gold labels' range and the infinite losses are
+        reduced on the device and read together after the forward pass (the engine runs on
+        lengths clamped into [1, T], so that an out-of-range length is reported, not acted on)."""
+        out = self.build(hidden_states, lengths, mask=mask)
+        T = out.cum_scores.shape[1] - 1
+        floats = float_inputs(out.cum_scores, out.transition, out.duration_bias, out.proj_start, out.proj_end)
+        stats = value_stats(floats, out.lengths)
+        safe = out._replace(lengths=out.lengths.clamp(1, T))
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            kwargs = dict(self._engine_kwargs(out), validate=False)
+            partition = semi_crf_streaming_forward(out.cum_scores, out.transition, out.duration_bias, safe.lengths,
+                                                   self.max_duration, **kwargs)
+        safe = safe._replace(partition=partition)
+        lab, starts = self._gold_tensors(safe, labels, segments, check=False)
+        bad_label = (any_bad_label(torch.as_tensor(labels), out.lengths, self.num_classes, self.ignore_index)
+                     if labels is not None else partition.new_zeros((), dtype=torch.bool))
+        code = forbidden_terms(out.transition, out.duration_bias, safe.lengths, lab, starts, out.proj_start,
+                               out.proj_end)
+        infinite = torch.isneginf(partition) | (code > 0).any(1)
+        host = torch.cat([stats, bad_label.reshape(1).to(stats.dtype), infinite.to(stats.dtype)]).tolist()  # the read
+        n = stats.numel()
+        try:
+            check_value_stats(floats, host[:n], T)
+        except ValueError as exc:
+            self._explain_non_finite(exc, hidden_states, out.lengths)
+            raise
+        if host[n]:
+            self._gold_tensors(out, labels, segments, check=True)  # raises with the details
+        if not zero_infinity and any(host[n + 1:]):
+            b = host[n + 1:].index(1.0)
+            if bool(torch.isneginf(partition[b])):
+                raise ValueError(
+                    f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
+                    "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
+                    "length; pass zero_infinity=True to give such sequences loss 0"
+                )
+            self._raise_forbidden_gold(safe, lab, starts, code, b)
+        return safe, lab, starts, infinite
 
     def _dist_args(self, out: SemiCRFOutput) -> tuple:
         return (out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration)

@@ -153,6 +153,15 @@ def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
     raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
 
 
+def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
+    """The minimum and maximum of each float input that is not empty, then of ``lengths``, as one
+    float64 tensor on their device, without reading it (``aminmax`` propagates NaN, so these
+    scalars tell everything :func:`check_value_stats` needs)."""
+    scalars = [m.to(torch.float64) for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
+    scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
+    return torch.stack(scalars)
+
+
 def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
     """NaN/Inf, magnitude and the range of lengths, with ONE device-to-host transfer.
 
@@ -166,11 +175,12 @@ def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
         arrays.append(lengths.detach().numpy())
         values = [float(f(a)) for a in arrays for f in (np.min, np.max)]
     else:
-        # one aminmax per tensor and one stack (which promotes to a common dtype): few small launches
-        scalars = [m for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
-        # lengths in float64 first, so the stack promotes to float64 (exact for lengths up to 2^53)
-        scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
-        values = torch.stack(scalars).tolist()
+        values = value_stats(floats, lengths).tolist()
+    check_value_stats(floats, values, T)
+
+
+def check_value_stats(floats, values, T: int) -> None:
+    """Raise the error of :func:`_check_values` from the host copy of :func:`value_stats`."""
     lo, hi = int(values[-2]), int(values[-1])
     if lo < 1 or hi > T:  # first: a zero length makes NaN of the head's per-sequence means
         _raise_lengths(lo, hi, T)
@@ -291,7 +301,7 @@ def validate_streaming_inputs(
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
 
     if check_values:
-        _check_values(_float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths, T)
+        _check_values(float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths, T)
 
     if checkpoint_interval is not None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
@@ -310,7 +320,7 @@ def validate_streaming_inputs(
     )
 
 
-def _float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
+def float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
     """(name, tensor, -inf allowed) of each float input that is present."""
     floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
     # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
@@ -321,7 +331,7 @@ def _float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
 def check_input_values(cum_scores, transition, duration_bias, lengths, proj_start=None, proj_end=None) -> None:
     """The value checks of :func:`validate_streaming_inputs` (NaN/Inf, magnitudes, the range of
     ``lengths``) with one device-to-host transfer; a ``ValueError`` naming the argument."""
-    _check_values(_float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
+    _check_values(float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
                   cum_scores.shape[1] - 1)
 
 
