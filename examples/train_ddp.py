@@ -19,6 +19,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -107,6 +108,9 @@ def worker(rank: int, world_size: int, args) -> None:
         try:
             dist.barrier()
         finally:
+            # destroying a gloo group joins its worker threads, which may need the GIL this thread
+            # holds (torch 2.13 hung at exit about 1 run in 8 without this); sleeping releases it
+            time.sleep(0.5)
             dist.destroy_process_group()
 
 
