@@ -141,32 +141,48 @@ class _Model:
 
     # ---------------------------------------------------------------- segment scores
 
-    def seg_by_end(self, t: int) -> torch.Tensor:
-        """(B, K, C): score of the segment ``[t-k, t)`` with label c (row k-1), -inf where forbidden."""
-        K = self.K
-        i = t + K
-        s_idx = i - self.ks  # (K,)
+    def seg_by_end(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, n, K, C): for each end t (n,), the score of the segment ``[t-k, t)`` with label c
+        (row k-1), -inf where forbidden."""
+        i = t + self.K
+        s_idx = i[:, None] - self.ks  # (n, K)
         seg = self.S[:, i, None, :] - self.S[:, s_idx] + self.D + self.ps[:, s_idx] + self.pe[:, i, None, :]
         seg = seg + self.start_add[:, s_idx, None] + self.end_add[:, i, None, None]
         if self.min_start is not None:
-            ok = (t - self.ks)[None, :, None] >= self.min_start[:, i, None, :]
+            ok = (t[:, None] - self.ks)[None, :, :, None] >= self.min_start[:, i, None, :]
             seg = seg.masked_fill(~ok, _NEG)
         return seg
 
-    def seg_by_start(self, s: int) -> torch.Tensor:
-        """(B, K, C): score of the segment ``[s, s+k)`` with label c (row k-1), -inf where forbidden."""
-        K = self.K
-        i = s + K
-        e_idx = i + self.ks
+    def seg_by_start(self, s: torch.Tensor) -> torch.Tensor:
+        """(B, n, K, C): for each start s (n,), the score of the segment ``[s, s+k)`` with label c
+        (row k-1), -inf where forbidden."""
+        i = s + self.K
+        e_idx = i[:, None] + self.ks  # (n, K)
         seg = self.S[:, e_idx] - self.S[:, i, None, :] + self.D + self.ps[:, i, None, :] + self.pe[:, e_idx]
         seg = seg + self.start_add[:, i, None, None] + self.end_add[:, e_idx, None]
         if self.min_start is not None:
-            seg = seg.masked_fill(s < self.min_start[:, e_idx], _NEG)
+            seg = seg.masked_fill(s[None, :, None, None] < self.min_start[:, e_idx], _NEG)
         return seg
 
-    def edges(self, seg: torch.Tensor) -> torch.Tensor:
-        """(B, K, C+1, C): a segment score plus the transition from each predecessor label."""
-        return seg[:, :, None, :] + self.TrK
+    def _block(self, per_position: int) -> int:
+        return max(1, (1 << 21) // max(1, self.B * per_position))
+
+    def ends(self, reverse: bool = False):
+        """(t, segments ending at t (B, K, C)) for t = 1 .. t_max, built in blocks of positions."""
+        yield from self._scan(1, self.t_max + 1, self.seg_by_end, reverse)
+
+    def starts(self, reverse: bool = True):
+        """(s, segments starting at s (B, K, C)) for s = t_max .. 0 (descending by default)."""
+        yield from self._scan(0, self.t_max + 1, self.seg_by_start, reverse)
+
+    def _scan(self, lo, hi, build, reverse):
+        n = self._block(self.K * self.C)
+        firsts = range(lo, hi, n)
+        for a in (reversed(firsts) if reverse else firsts):
+            b = min(a + n, hi)
+            block = build(torch.arange(a, b, device=self.device))
+            for j in (range(b - a - 1, -1, -1) if reverse else range(b - a)):
+                yield a + j, block[:, j]
 
     def walker_edges(self, b: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """(N, K, C+1): for N walkers (sequence b, end t, label c), the edges of every duration and
@@ -190,9 +206,9 @@ class _Model:
         B, K, C = self.B, self.K, self.C
         A = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
         A[:, K, C] = 0.0
-        for t in range(1, self.t_max + 1):
+        for t, seg in self.ends():
             prev = A[:, t:t + K].flip(1)  # (B, K, C+1): positions t-1 .. t-K
-            A[:, t + K, :C] = torch.logsumexp((prev[..., None] + self.edges(self.seg_by_end(t))).flatten(1, 2), 1)
+            A[:, t + K, :C] = torch.logsumexp((prev[..., None] + self.edges(seg)).flatten(1, 2), 1)
         return A
 
     def beta(self) -> torch.Tensor:
@@ -201,9 +217,9 @@ class _Model:
         B, K, C = self.B, self.K, self.C
         Bt = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
         L = self.lengths
-        for s in range(self.t_max, -1, -1):
+        for s, seg in self.starts():
             nxt = Bt[:, s + K + 1:s + 2 * K + 1, :C]  # (B, K, C): ends s+1 .. s+K
-            val = torch.logsumexp((self.edges(self.seg_by_start(s)) + nxt[:, :, None, :]).permute(0, 2, 1, 3).flatten(2), 2)
+            val = torch.logsumexp((self.edges(seg) + nxt[:, :, None, :]).permute(0, 2, 1, 3).flatten(2), 2)
             Bt[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(val), val)
         return Bt
 
@@ -212,13 +228,24 @@ class _Model:
         end = A[torch.arange(self.B, device=self.device), self.lengths + self.K, :self.C]
         return torch.logsumexp(end, 1)
 
-    def edge_weights(self, A, Bt, log_z, t):
-        """(B, K, C+1, C) posterior probability of each edge ending at t, and the edges."""
-        e = self.edges(self.seg_by_end(t))
-        safe = torch.where(torch.isfinite(log_z), log_z, torch.zeros_like(log_z))
-        x = A[:, t:t + self.K].flip(1)[..., None] + e + Bt[:, t + self.K, None, None, :self.C]
-        mu = torch.exp(x - safe[:, None, None, None])
-        return mu, e
+    def edge_blocks(self, A, Bt, log_z, *extra):
+        """Blocks of edges ending at t0 .. t1-1: yields ``(t0, t1, mu, e, gathered)`` with mu and e
+        (B, n, K, C+1, C) (posterior probabilities and scores of the edges) and, for each tensor of
+        ``extra`` laid out like A, its rows at the edges' starts (B, n, K, C+1)."""
+        K, C = self.K, self.C
+        safe = torch.where(torch.isfinite(log_z), log_z, torch.zeros_like(log_z))[:, None, None, None, None]
+        n = self._block(K * (C + 1) * C)
+        for t0 in range(1, self.t_max + 1, n):
+            t1 = min(t0 + n, self.t_max + 1)
+            t = torch.arange(t0, t1, device=self.device)
+            e = self.edges(self.seg_by_end(t))
+            s_idx = (t + K)[:, None] - self.ks  # (n, K)
+            x = A[:, s_idx][..., None] + e + Bt[:, t + K, None, None, :C]
+            yield t0, t1, torch.exp(x - safe), e, [X[:, s_idx] for X in extra]
+
+    def edges(self, seg: torch.Tensor) -> torch.Tensor:
+        """(..., K, C+1, C): a segment score (..., K, C) plus the transition from each predecessor label."""
+        return seg[..., None, :] + self.TrK
 
 
 class _Grads:
@@ -235,17 +262,20 @@ class _Grads:
         self.gD = z(K, C)
         self.gTr = z(K, C + 1, C)
 
-    def add(self, G: torch.Tensor, t: int) -> None:
-        """G (B, K, C+1, C): weights of the edges ending at t."""
-        K = self.m.K
-        g = G.sum(2)  # (B, K, C)
-        total = g.sum(1)
-        self.gS[:, t + K] += total
-        self.gpe[:, t + K] += total
-        self.gS[:, t:t + K] -= g.flip(1)
-        self.gps[:, t:t + K] += g.flip(1)
-        self.gD += g.sum(0)
-        self.gTr += G.sum(0)
+    def add(self, G: torch.Tensor, t0: int) -> None:
+        """G (B, n, K, C+1, C): weights of the edges ending at t0 .. t0+n-1."""
+        B, n, K, C = G.shape[0], G.shape[1], self.m.K, self.m.C
+        g = G.sum(3)  # (B, n, K, C)
+        total = g.sum(2)
+        self.gS[:, t0 + K:t0 + K + n] += total
+        self.gpe[:, t0 + K:t0 + K + n] += total
+        # a segment ending at t with duration k starts at t-k
+        idx = ((torch.arange(t0, t0 + n, device=G.device) + K)[:, None] - self.m.ks).reshape(-1)
+        flat = g.reshape(B, n * K, C)
+        self.gS.index_add_(1, idx, -flat)
+        self.gps.index_add_(1, idx, flat)
+        self.gD += g.sum((0, 1))
+        self.gTr += G.sum((0, 1))
 
     def result(self, inp: StreamingInputs):
         """Gradients (cum_scores, transition, duration_bias, proj_start, proj_end) in input dtypes."""
@@ -288,11 +318,10 @@ class _ConstrainedLogZ(torch.autograd.Function):
         model, A, log_z, inp = ctx.stash
         Bt = model.beta()
         acc = _Grads(model)
-        w = grad.detach().to(torch.float64)[:, None, None, None]
-        ok = torch.isfinite(log_z)[:, None, None, None]
-        for t in range(1, model.t_max + 1):
-            mu, _ = model.edge_weights(A, Bt, log_z, t)
-            acc.add(torch.where(ok, mu * w, torch.zeros_like(mu)), t)
+        w = grad.detach().to(torch.float64)[:, None, None, None, None]
+        ok = torch.isfinite(log_z)[:, None, None, None, None]
+        for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
+            acc.add(torch.where(ok, mu * w, torch.zeros_like(mu)), t0)
         return acc.result(inp) + (None, None, None)
 
 
@@ -321,10 +350,9 @@ def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
     log_z = model.log_z(A)
     Bt = model.beta()
     acc = _Grads(model)
-    ok = torch.isfinite(log_z)[:, None, None, None]
-    for t in range(1, model.t_max + 1):
-        mu, _ = model.edge_weights(A, Bt, log_z, t)
-        acc.add(torch.where(ok, mu, torch.zeros_like(mu)), t)
+    ok = torch.isfinite(log_z)[:, None, None, None, None]
+    for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
+        acc.add(torch.where(ok, mu, torch.zeros_like(mu)), t0)
     K, T = model.K, model.T
     dt = inp.cum_scores.dtype
     return log_z.to(dt), acc.gps[:, K:K + T].to(dt), acc.gpe[:, K + 1:K + 1 + T].to(dt)
@@ -338,8 +366,8 @@ def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
     label c, under the prefix distribution proportional to exp(alpha)."""
     B, K, C = model.B, model.K, model.C
     Ea = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
-    for t in range(1, model.t_max + 1):
-        e = model.edges(model.seg_by_end(t))
+    for t, seg in model.ends():
+        e = model.edges(seg)
         x = A[:, t:t + K].flip(1)[..., None] + e  # (B, K, C+1, C)
         here = A[:, t + K, None, None, :C]
         w = torch.exp(x - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
@@ -353,8 +381,10 @@ def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
     B, K, C = model.B, model.K, model.C
     Eb = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
     L = model.lengths
-    for s in range(model.t_max - 1, -1, -1):
-        e = model.edges(model.seg_by_start(s))  # (B, K, C+1, C): ends s+1 .. s+K
+    for s, seg in model.starts():
+        if s == model.t_max:
+            continue
+        e = model.edges(seg)  # (B, K, C+1, C): ends s+1 .. s+K
         nxt = Bt[:, s + K + 1:s + 2 * K + 1, None, :C]
         here = Bt[:, s + K][:, None, :, None]  # (B, 1, C+1, 1): the predecessor label's beta
         v = torch.exp(e + nxt - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
@@ -390,13 +420,12 @@ class _Entropy(torch.autograd.Function):
         K, C = model.K, model.C
         w = grad.detach().to(torch.float64)
         ok = torch.isfinite(log_z)
-        w = torch.where(ok, w, torch.zeros_like(w))[:, None, None, None]
-        for t in range(1, model.t_max + 1):
-            mu, e = model.edge_weights(A, Bt, log_z, t)
+        w = torch.where(ok, w, torch.zeros_like(w))[:, None, None, None, None]
+        for t0, t1, mu, e, (ea,) in model.edge_blocks(A, Bt, log_z, Ea):
             # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
-            cond = Ea[:, t:t + K].flip(1)[..., None] + e + Eb[:, t + K, None, None, :C]
-            g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None]), torch.zeros_like(mu))
-            acc.add(g * w, t)
+            cond = ea[..., None] + e + Eb[:, t0 + K:t1 + K, None, None, :C]
+            g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None, None]), torch.zeros_like(mu))
+            acc.add(g * w, t0)
         return acc.result(inp) + (None, None, None)
 
 
@@ -703,8 +732,8 @@ def semi_crf_streaming_topk(
         bp = torch.zeros(B, P, C, k, dtype=torch.long, device=dev)
         n_pairs = Kd * (C + 1)
         kp = min(k, n_pairs)
-        for t in range(1, model.t_max + 1):
-            e = model.edges(model.seg_by_end(t)).reshape(B, n_pairs, C).transpose(1, 2)  # (B, C, pairs)
+        for t, seg in model.ends():
+            e = model.edges(seg).reshape(B, n_pairs, C).transpose(1, 2)  # (B, C, pairs)
             prev = V[:, t:t + Kd].flip(1).reshape(B, n_pairs, k)  # each pair's list, sorted
             # the k best candidates all come from the k pairs (duration, predecessor label) with the
             # best first entries (ties toward the smaller pair): select those, then sort their k·k
