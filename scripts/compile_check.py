@@ -108,6 +108,19 @@ def main():
                             z, state = launch.launch_forward(*args, "log", v.proj_start, v.proj_end, plan=plan)
                             launch.launch_backward(*args, v.proj_start, v.proj_end, plan=plan, state=state)
         plan_mod.FORCE_MEMORY_RING = False
+    # the dense recurrences of streaming/distribution.py (k-best, samples, entropy, masks)
+    from torch_semimarkov.streaming import distribution as dist
+    from torch_semimarkov.streaming.kernels.dense import run_dense
+    for B, T, K, C, kcc, masked in [(2, 50, 12, 6, False, False), (2, 50, 100, 24, True, True)]:
+        cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0)).double()
+        tr = torch.randn((K, C, C) if kcc else (C, C)).double()
+        v = validate_streaming_inputs(cum, tr, torch.randn(K, C).double(), torch.tensor([T, T // 2]), K)
+        masks = dist.check_masks(torch.rand(B, T, C) < 0.9, torch.zeros(B, T, dtype=torch.long), B, T, C, "cpu") \
+            if masked else (None, None)
+        model = dist._Model(v, *masks)
+        for which in ("alpha", "beta"):
+            for expect in (False, True):
+                run_dense(model, which, expect)
     print(f"{len(compiled)} kernel launches compiled for {TARGET}; {len(failed)} failed")
     for name, exc in failed:
         print(f"FAILED {name}: {type(exc).__name__}: {str(exc)[:2000]}")

@@ -49,6 +49,15 @@ __all__ = [
 _NEG = -math.inf
 
 
+def _dense_kernels():
+    """The Triton module of these recurrences, or None without Triton."""
+    from .kernels import HAS_TRITON
+    if not HAS_TRITON:
+        return None
+    from .kernels import dense
+    return dense
+
+
 def _forbid64(t: torch.Tensor) -> torch.Tensor:
     """float64 copy with every forbidden entry (<= NEG_INF, the engine's IMPOSSIBLE too) exactly -inf."""
     t = t.detach().to(torch.float64)
@@ -165,7 +174,10 @@ class _Model:
         return seg
 
     def _block(self, per_position: int) -> int:
-        return max(1, (1 << 21) // max(1, self.B * per_position))
+        """Positions per block so that a block tensor holds about 2^21 values (2^25 on a GPU,
+        where each block costs kernel launches rather than arithmetic)."""
+        budget = 1 << (25 if self.device.type == "cuda" else 21)
+        return max(1, budget // max(1, self.B * per_position))
 
     def ends(self, reverse: bool = False):
         """(t, segments ending at t (B, K, C)) for t = 1 .. t_max, built in blocks of positions."""
@@ -200,9 +212,16 @@ class _Model:
 
     # ---------------------------------------------------------------- recurrences
 
+    @property
+    def use_kernels(self) -> bool:
+        """CUDA tensors run the recurrences as Triton kernels (kernels/dense.py)."""
+        return self.device.type == "cuda" and _dense_kernels() is not None
+
     def alpha(self) -> torch.Tensor:
         """(B, P, C+1) forward messages (log): alpha[:, p+K, c] sums every segmentation of 0..p
         whose last segment has label c; the start label C is 0 at position 0 only."""
+        if self.use_kernels:
+            return _dense_kernels().run_dense(self, "alpha")
         B, K, C = self.B, self.K, self.C
         A = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
         A[:, K, C] = 0.0
@@ -214,6 +233,8 @@ class _Model:
     def beta(self) -> torch.Tensor:
         """(B, P, C+1) backward messages: beta[:, p+K, c] sums every completion of a prefix whose
         last segment ends at p with label c (0 at each sequence's length); column C at 0 is log Z."""
+        if self.use_kernels:
+            return _dense_kernels().run_dense(self, "beta")
         B, K, C = self.B, self.K, self.C
         Bt = self.S.new_full((B, self.T + 1 + 2 * K, C + 1), _NEG)
         L = self.lengths
@@ -361,6 +382,14 @@ def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
 # ---------------------------------------------------------------------- entropy
 
 
+def _alpha_and_prefix(model: _Model):
+    """(alpha, Ea): the forward messages and :func:`_expected_prefix`, in one kernel on CUDA."""
+    if model.use_kernels:
+        return _dense_kernels().run_dense(model, "alpha", expect=True)
+    A = model.alpha()
+    return A, _expected_prefix(model, A)
+
+
 def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
     """(B, P, C+1): the expected score of the prefix given that its last segment ends at p with
     label c, under the prefix distribution proportional to exp(alpha)."""
@@ -374,6 +403,14 @@ def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
         val = Ea[:, t:t + K].flip(1)[..., None] + e
         Ea[:, t + K, :C] = torch.where(w > 0, w * val, torch.zeros_like(w)).sum((1, 2))
     return Ea
+
+
+def _beta_and_suffix(model: _Model):
+    """(beta, Eb): the backward messages and :func:`_expected_suffix`, in one kernel on CUDA."""
+    if model.use_kernels:
+        return _dense_kernels().run_dense(model, "beta", expect=True)
+    Bt = model.beta()
+    return Bt, _expected_suffix(model, Bt)
 
 
 def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
@@ -398,9 +435,8 @@ class _Entropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, label_mask, boundary_mask):
         model = _Model(inp, label_mask, boundary_mask)
-        A = model.alpha()
+        A, Ea = _alpha_and_prefix(model)
         log_z = model.log_z(A)
-        Ea = _expected_prefix(model, A)
         idx = torch.arange(model.B, device=model.device)
         end = A[idx, model.lengths + model.K, :model.C]
         ok = torch.isfinite(log_z)
@@ -414,8 +450,7 @@ class _Entropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         model, A, Ea, log_z, expected, inp = ctx.stash
-        Bt = model.beta()
-        Eb = _expected_suffix(model, Bt)
+        Bt, Eb = _beta_and_suffix(model)
         acc = _Grads(model)
         K, C = model.K, model.C
         w = grad.detach().to(torch.float64)

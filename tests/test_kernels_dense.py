@@ -1,0 +1,79 @@
+"""The Triton kernels of the dense recurrences (kernels/dense.py) against the PyTorch loops of
+streaming/distribution.py: alpha, beta and the expectation-semiring messages, with and without
+masks, both transition shapes (in Triton's interpreter on a CPU machine)."""
+
+import math
+
+import pytest
+import torch
+
+from torch_semimarkov.streaming import distribution as dist
+from torch_semimarkov.streaming.kernels import HAS_TRITON
+from torch_semimarkov.streaming.validation import validate_streaming_inputs
+
+pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton")
+
+
+def _model(B, T, K, C, direct, proj, masked, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=torch.float64).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(*((K, C, C) if direct else (C, C)), generator=g, dtype=torch.float64)
+    tr[..., 0, C - 1] = -math.inf
+    db = torch.randn(K, C, generator=g, dtype=torch.float64)
+    ps = torch.randn(B, T, C, generator=g, dtype=torch.float64) if proj else None
+    pe = torch.randn(B, T, C, generator=g, dtype=torch.float64) if proj else None
+    lengths = torch.tensor([T, max(1, T // 2), 1][:B])
+    inp = validate_streaming_inputs(cum.to(device), tr.to(device), db.to(device), lengths.to(device), K, "log",
+                                    None if ps is None else ps.to(device), None if pe is None else pe.to(device))
+    lm = bm = None
+    if masked:
+        lm = torch.rand(B, T, C, generator=g) < 0.8
+        bm = torch.zeros(B, T, dtype=torch.long)
+        bm[:, T // 3] = 1
+        bm[:, 1] = -1
+        lm, bm = dist.check_masks(lm, bm, B, T, C, device)
+    return dist._Model(inp, lm, bm)
+
+
+def _same(a, b):
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    assert torch.equal(fa, fb)
+    torch.testing.assert_close(a[fa], b[fb], atol=1e-9, rtol=1e-12)
+
+
+@pytest.mark.parametrize("direct,proj,masked", [(False, False, False), (True, True, False), (False, True, True),
+                                                (True, False, True)])
+def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked):
+    from torch_semimarkov.streaming.kernels.dense import run_dense
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    m = _model(3, 11, 4, 3, direct, proj, masked, 0, device)
+    # the PyTorch loops (forced, whatever the device)
+    A_ref = _torch_alpha(m)
+    B_ref = _torch_beta(m)
+    A, Ea = run_dense(m, "alpha", expect=True)
+    Bt, Eb = run_dense(m, "beta", expect=True)
+    K = m.K
+    rows = slice(K, K + m.T + 1)
+    _same(A[:, rows], A_ref[:, rows])
+    _same(Bt[:, rows], B_ref[:, rows])
+    torch.testing.assert_close(Ea[:, rows], dist._expected_prefix(m, A_ref)[:, rows], atol=1e-9, rtol=1e-12)
+    torch.testing.assert_close(Eb[:, rows], dist._expected_suffix(m, B_ref)[:, rows], atol=1e-9, rtol=1e-12)
+
+
+def _torch_alpha(m):
+    saved = dist._dense_kernels
+    dist._dense_kernels = lambda: None
+    try:
+        return m.alpha()
+    finally:
+        dist._dense_kernels = saved
+
+
+def _torch_beta(m):
+    saved = dist._dense_kernels
+    dist._dense_kernels = lambda: None
+    try:
+        return m.beta()
+    finally:
+        dist._dense_kernels = saved
