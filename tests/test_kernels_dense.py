@@ -41,9 +41,10 @@ def _same(a, b):
     torch.testing.assert_close(a[fa], b[fb], atol=1e-9, rtol=1e-12)
 
 
-@pytest.mark.parametrize("direct,proj,masked", [(False, False, False), (True, True, False), (False, True, True),
-                                                (True, False, True)])
-def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked):
+@pytest.mark.parametrize("direct,proj,masked,factored_off", [
+    (False, False, False, False), (True, True, False, False), (False, True, True, False), (True, False, True, False),
+    (False, True, True, True)])
+def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked, factored_off):
     from torch_semimarkov.streaming.kernels.dense import run_dense
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -51,8 +52,9 @@ def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked):
     # the PyTorch loops (forced, whatever the device)
     A_ref = _torch_alpha(m)
     B_ref = _torch_beta(m)
-    A, Ea = run_dense(m, "alpha", expect=True)
-    Bt, Eb = run_dense(m, "beta", expect=True)
+    A, Ea = run_dense(m, "alpha", expect=True, factored_off=factored_off)
+    Bt, Eb = run_dense(m, "beta", expect=True, factored_off=factored_off)
+    assert torch.equal(run_dense(m, "alpha", factored_off=factored_off), A)
     K = m.K
     rows = slice(K, K + m.T + 1)
     _same(A[:, rows], A_ref[:, rows])

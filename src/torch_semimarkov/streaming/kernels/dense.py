@@ -23,10 +23,10 @@ if HAS_TRITON:
     from .common import MASK_K
 
     @triton.jit
-    def _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr,
-              ok, oc, op, mc, mp, BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
-        """Edges of the K_BLK durations k0+1 .. k0+K_BLK of the segments ending (BY_END) or
-        starting at position t (row i): (K_BLK, C1_PAD, C_PAD) scores and the other end's rows."""
+    def _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc, mc,
+                  BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
+        """Scores (K_BLK, C_PAD) of the segments of durations k0+1 .. k0+K_BLK ending (BY_END) or
+        starting at row i, the other end's rows (K_BLK,) and the valid durations."""
         kk = k0 + ok  # duration - 1
         mk = kk < K
         if BY_END:
@@ -51,12 +51,127 @@ if HAS_TRITON:
             lo = tl.load(ms_ptr + (base + e_row)[:, None] * C + oc[None, :], mask=m2, other=0)
             start = (s_row - K).to(tl.int64)
             seg = tl.where(start[:, None] >= lo, seg, MASK_K)
-        seg = tl.where(m2, seg, MASK_K)
+        seg = tl.maximum(tl.where(m2, seg, MASK_K), MASK_K)
+        return seg, j, mk
+
+    @triton.jit
+    def _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+              ok, oc, op, mc, mp, BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
+        """Edges of the K_BLK durations k0+1 .. k0+K_BLK of the segments ending (BY_END) or
+        starting at position t (row i): (K_BLK, C1_PAD, C_PAD) scores and the other end's rows."""
+        seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc,
+                               mc, BY_END, HAS_MIN)
+        kk = k0 + ok
         m3 = mk[:, None, None] & mp[None, :, None] & mc[None, None, :]
         tr = tl.load(tr_ptr + (kk[:, None, None] * (C + 1) + op[None, :, None]) * C + oc[None, None, :], mask=m3,
                      other=MASK_K)
         x = tl.maximum(seg[:, None, :] + tr, MASK_K)
         return x, j, mk
+
+    @triton.jit
+    def factored_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
+                              U_ptr, EU_ptr, P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr,
+                              K_BLK: tl.constexpr, C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        """alpha for a (C, C) transition (tr_ptr: (C+1, C), the last row the phantom one), factored:
+        ``U_s(c) = lse_c' alpha_s(c') + Tr[c', c]`` once per position, then ``alpha_t(c) =
+        lse_k U_{t-k}(c) + seg``; O(K·C + C²) a position instead of O(K·C²)."""
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
+        for t in range(1, L + 1):
+            i = t + K
+            # U and its expectation for position t-1 (row i-1)
+            a = tl.load(A_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=MASK_K)
+            x = tl.maximum(a[:, None] + tr, MASK_K)
+            mx = tl.max(x, 0)
+            sm = tl.sum(tl.exp(x - mx[None, :]), 0)
+            u = tl.where(mx > -1e29, mx + tl.log(sm), MASK_K)
+            tl.store(U_ptr + (b * P + i - 1) * C + oc, u, mask=mc)
+            if EXPECT:
+                ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
+                wu = tl.where((x > -1e29), tl.exp(x - u[None, :]), 0.0)
+                eu = tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0)
+                tl.store(EU_ptr + (b * P + i - 1) * C + oc, eu, mask=mc)
+            run_m = tl.full([C_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+                                       ok, oc, mc, True, HAS_MIN)
+                uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=mk[:, None] & mc[None, :],
+                             other=MASK_K)
+                y = tl.maximum(uj + seg, MASK_K)
+                nm = tl.maximum(run_m, tl.max(y, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[None, :]), 0)
+                run_m = nm
+            alpha = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+            tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
+            if EXPECT:
+                acc = tl.zeros([C_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
+                                           ms_ptr, ok, oc, mc, True, HAS_MIN)
+                    m2 = mk[:, None] & mc[None, :]
+                    uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=MASK_K)
+                    euj = tl.load(EU_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+                    ok2 = (uj > -1e29) & (seg > -1e29)
+                    w = tl.where(ok2, tl.exp(tl.maximum(uj + seg, MASK_K) - alpha[None, :]), 0.0)
+                    acc += tl.sum(w * (euj + tl.where(ok2, seg, 0.0)), 0)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
+
+    @triton.jit
+    def factored_beta_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, B_ptr, E_ptr,
+                             P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                             C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        """beta for a (C, C) transition, factored: ``V_s(c) = lse_k seg + beta_{s+k}(c)``, then
+        ``beta_s(c') = lse_c Tr[c', c] + V_s(c)``."""
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
+        tl.store(B_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
+        for r in range(0, L):
+            s = L - 1 - r
+            i = s + K
+            run_m = tl.full([C_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+                                       ok, oc, mc, False, HAS_MIN)
+                nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
+                              other=MASK_K)
+                y = tl.maximum(seg + nxt, MASK_K)
+                nm = tl.maximum(run_m, tl.max(y, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[None, :]), 0)
+                run_m = nm
+            v = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+            x = tl.maximum(tr + v[None, :], MASK_K)  # (C1_PAD, C_PAD)
+            mx = tl.max(x, 1)
+            beta = tl.where(mx > -1e29, mx + tl.log(tl.sum(tl.exp(x - mx[:, None]), 1)), MASK_K)
+            tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
+            if EXPECT:
+                ev = tl.zeros([C_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
+                                           ms_ptr, ok, oc, mc, False, HAS_MIN)
+                    m2 = mk[:, None] & mc[None, :]
+                    nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=MASK_K)
+                    ebn = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=0.0)
+                    ok2 = (nxt > -1e29) & (seg > -1e29)
+                    w = tl.where(ok2, tl.exp(tl.maximum(seg + nxt, MASK_K) - v[None, :]), 0.0)
+                    ev += tl.sum(w * (ebn + tl.where(ok2, seg, 0.0)), 0)
+                okx = x > -1e29
+                w2 = tl.where(okx, tl.exp(x - beta[:, None]), 0.0)
+                eb = tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, eb, 0.0), mask=mp)
 
     @triton.jit
     def dense_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
@@ -145,8 +260,9 @@ def _pad(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def run_dense(model, which: str, expect: bool = False):
-    """Launch the alpha (``which="alpha"``) or beta kernel on a ``distribution._Model``.
+def run_dense(model, which: str, expect: bool = False, factored_off: bool = False):
+    """Launch the alpha (``which="alpha"``) or beta kernel on a ``distribution._Model`` (the
+    factored kernels for a (C, C) transition unless ``factored_off``).
 
     Returns the messages (B, P, C+1) with ``-inf`` for impossible values, and with ``expect`` the
     expected prefix (suffix) scores (B, P, C+1).
@@ -167,10 +283,22 @@ def run_dense(model, which: str, expect: bool = False):
     ms = model.min_start if model.min_start is not None else torch.zeros(1, dtype=torch.long, device=dev)
     args = (fin(model.S), fin(model.ps), fin(model.pe), fin(model.D), fin(model.TrK), fin(model.start_add),
             fin(model.end_add), ms.contiguous(), model.lengths.contiguous(), M, E, P, K, C)
-    kernel = dense_alpha_kernel if which == "alpha" else dense_beta_kernel
     C1_PAD = _pad(C + 1)
-    K_BLK = max(1, min(_pad(K), 4096 // (C1_PAD * _pad(C))))
-    kernel[(B,)](*args, HAS_MIN=model.min_start is not None, EXPECT=expect, K_BLK=K_BLK, C_PAD=_pad(C),
-                 C1_PAD=C1_PAD, num_warps=4)
+    meta = dict(HAS_MIN=model.min_start is not None, EXPECT=expect, C_PAD=_pad(C), C1_PAD=C1_PAD, num_warps=4)
+    if not model.direct and not factored_off:
+        # (C, C): the transition of every duration is the same; the factored recurrence
+        K_BLK = max(1, min(_pad(K), 2048 // _pad(C)))
+        tr = args[4][0].contiguous()  # (C+1, C)
+        args = args[:4] + (tr,) + args[5:]
+        if which == "alpha":
+            scratch = (torch.full((B, P, C), MASK, dtype=torch.float64, device=dev),
+                       torch.zeros((B, P, C), dtype=torch.float64, device=dev))
+            factored_alpha_kernel[(B,)](*args[:11], *scratch, *args[11:], K_BLK=K_BLK, **meta)
+        else:
+            factored_beta_kernel[(B,)](*args, K_BLK=K_BLK, **meta)
+    else:
+        kernel = dense_alpha_kernel if which == "alpha" else dense_beta_kernel
+        K_BLK = max(1, min(_pad(K), 4096 // (C1_PAD * _pad(C))))
+        kernel[(B,)](*args, K_BLK=K_BLK, **meta)
     M = torch.where(M > -1e29, M, torch.full_like(M, float("-inf")))
     return (M, E) if expect else M
