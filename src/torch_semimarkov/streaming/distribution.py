@@ -285,18 +285,21 @@ class _Grads:
 
     def add(self, G: torch.Tensor, t0: int) -> None:
         """G (B, n, K, C+1, C): weights of the edges ending at t0 .. t0+n-1."""
-        B, n, K, C = G.shape[0], G.shape[1], self.m.K, self.m.C
-        g = G.sum(3)  # (B, n, K, C)
+        self.add_segments(G.sum(3), t0)
+        self.gTr += G.sum((0, 1))
+
+    def add_segments(self, g: torch.Tensor, t0: int) -> None:
+        """g (B, n, K, C): weights of the segments ending at t0 .. t0+n-1 (summed over predecessors)."""
+        B, n, K, C = g.shape[0], g.shape[1], self.m.K, self.m.C
         total = g.sum(2)
         self.gS[:, t0 + K:t0 + K + n] += total
         self.gpe[:, t0 + K:t0 + K + n] += total
         # a segment ending at t with duration k starts at t-k
-        idx = ((torch.arange(t0, t0 + n, device=G.device) + K)[:, None] - self.m.ks).reshape(-1)
+        idx = ((torch.arange(t0, t0 + n, device=g.device) + K)[:, None] - self.m.ks).reshape(-1)
         flat = g.reshape(B, n * K, C)
         self.gS.index_add_(1, idx, -flat)
         self.gps.index_add_(1, idx, flat)
         self.gD += g.sum((0, 1))
-        self.gTr += G.sum((0, 1))
 
     def result(self, inp: StreamingInputs):
         """Gradients (cum_scores, transition, duration_bias, proj_start, proj_end) in input dtypes."""
@@ -338,12 +341,86 @@ class _ConstrainedLogZ(torch.autograd.Function):
     def backward(ctx, grad):
         model, A, log_z, inp = ctx.stash
         Bt = model.beta()
-        acc = _Grads(model)
-        w = grad.detach().to(torch.float64)[:, None, None, None, None]
-        ok = torch.isfinite(log_z)[:, None, None, None, None]
-        for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
-            acc.add(torch.where(ok, mu * w, torch.zeros_like(mu)), t0)
-        return acc.result(inp) + (None, None, None)
+        return _edge_gradients(model, A, Bt, log_z, grad).result(inp) + (None, None, None)
+
+
+def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grads":
+    """Gradients of ``sum_b weight[b] * f_b`` with f = log Z (``entropy`` None: every edge weighs
+    its posterior probability mu) or f = H (``entropy = (Ea, Eb, E[score])``: an edge weighs
+    ``-mu (E[score | edge] - E[score])``), accumulated a block of positions at a time.
+
+    A (C, C) transition takes the factored route: the predecessor label enters only through
+    ``U_s(c) = lse_c' alpha_s(c') + Tr[c', c]`` and the successor only through
+    ``V_s(c) = lse_k seg + beta_{s+k}(c)``, so the segment terms cost O(K·C) a position and the
+    transition terms O(C²), never O(K·C²).
+    """
+    acc = _Grads(model)
+    ok = torch.isfinite(log_z)
+    w = torch.where(ok, weight.detach().to(torch.float64), torch.zeros_like(log_z))
+    safe = torch.where(ok, log_z, torch.zeros_like(log_z))
+    K, C = model.K, model.C
+    if model.direct:
+        if entropy is None:
+            for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
+                acc.add(mu * w[:, None, None, None, None], t0)
+        else:
+            Ea, Eb, expected = entropy
+            for t0, t1, mu, e, (ea,) in model.edge_blocks(A, Bt, log_z, Ea):
+                # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
+                cond = ea[..., None] + e + Eb[:, t0 + K:t1 + K, None, None, :C]
+                g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None, None]), torch.zeros_like(mu))
+                acc.add(g * w[:, None, None, None, None], t0)
+        return acc
+    tr = model.TrK[0]  # (C+1, C), the last row the phantom one
+    rows = model.t_max + 1  # rows K .. K + t_max: positions 0 .. t_max
+    U = A.new_full((model.B, A.shape[1], C), _NEG)
+    EU = A.new_zeros(model.B, A.shape[1], C)
+    V = A.new_full((model.B, A.shape[1], C), _NEG)
+    EV = A.new_zeros(model.B, A.shape[1], C)
+    n_tr = model._block((C + 1) * C)
+    for r0 in range(K, K + rows, n_tr):
+        r1 = min(r0 + n_tr, K + rows)
+        x = A[:, r0:r1, :, None] + tr  # (B, n, C+1, C)
+        U[:, r0:r1] = torch.logsumexp(x, 2)
+        if entropy is not None:
+            p = torch.exp(x - torch.where(torch.isfinite(U[:, r0:r1]), U[:, r0:r1], 0.0)[:, :, None, :])
+            val = entropy[0][:, r0:r1, :, None] + tr
+            EU[:, r0:r1] = torch.where(p > 0, p * val, torch.zeros_like(p)).sum(2)
+    n_seg = model._block(K * C)
+    for s0 in range(0, model.t_max, n_seg):
+        s1 = min(s0 + n_seg, model.t_max)
+        srange = torch.arange(s0, s1, device=model.device)
+        seg = model.seg_by_start(srange)  # (B, n, K, C)
+        e_idx = (srange + K)[:, None] + model.ks  # (n, K)
+        y = seg + Bt[:, e_idx, :C]
+        V[:, s0 + K:s1 + K] = torch.logsumexp(y, 2)
+        if entropy is not None:
+            v = V[:, s0 + K:s1 + K]
+            q = torch.exp(y - torch.where(torch.isfinite(v), v, 0.0)[:, :, None, :])
+            val = seg + entropy[1][:, e_idx, :C]
+            EV[:, s0 + K:s1 + K] = torch.where(q > 0, q * val, torch.zeros_like(q)).sum(2)
+    wb = w[:, None, None, None]
+    for t0 in range(1, model.t_max + 1, n_seg):
+        t1 = min(t0 + n_seg, model.t_max + 1)
+        t = torch.arange(t0, t1, device=model.device)
+        seg = model.seg_by_end(t)  # (B, n, K, C)
+        s_idx = (t + K)[:, None] - model.ks
+        mu = torch.exp(U[:, s_idx] + seg + Bt[:, t + K, None, :C] - safe[:, None, None, None])
+        if entropy is None:
+            acc.add_segments(mu * wb, t0)
+        else:
+            cond = EU[:, s_idx] + seg + entropy[1][:, t + K, None, :C] - entropy[2][:, None, None, None]
+            acc.add_segments(torch.where(mu > 0, -mu * cond, torch.zeros_like(mu)) * wb, t0)
+    for r0 in range(K, K + model.t_max, n_tr):
+        r1 = min(r0 + n_tr, K + model.t_max)
+        mu = torch.exp(A[:, r0:r1, :, None] + tr + V[:, r0:r1, None, :] - safe[:, None, None, None])
+        if entropy is None:
+            acc.gTr[0] += (mu * wb).sum((0, 1))
+        else:
+            cond = (entropy[0][:, r0:r1, :, None] + tr + EV[:, r0:r1, None, :]
+                    - entropy[2][:, None, None, None])
+            acc.gTr[0] += (torch.where(mu > 0, -mu * cond, torch.zeros_like(mu)) * wb).sum((0, 1))
+    return acc
 
 
 def constrained_log_partition(
@@ -370,10 +447,7 @@ def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
     A = model.alpha()
     log_z = model.log_z(A)
     Bt = model.beta()
-    acc = _Grads(model)
-    ok = torch.isfinite(log_z)[:, None, None, None, None]
-    for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
-        acc.add(torch.where(ok, mu, torch.zeros_like(mu)), t0)
+    acc = _edge_gradients(model, A, Bt, log_z, torch.ones_like(log_z))
     K, T = model.K, model.T
     dt = inp.cum_scores.dtype
     return log_z.to(dt), acc.gps[:, K:K + T].to(dt), acc.gpe[:, K + 1:K + 1 + T].to(dt)
@@ -451,17 +525,7 @@ class _Entropy(torch.autograd.Function):
     def backward(ctx, grad):
         model, A, Ea, log_z, expected, inp = ctx.stash
         Bt, Eb = _beta_and_suffix(model)
-        acc = _Grads(model)
-        K, C = model.K, model.C
-        w = grad.detach().to(torch.float64)
-        ok = torch.isfinite(log_z)
-        w = torch.where(ok, w, torch.zeros_like(w))[:, None, None, None, None]
-        for t0, t1, mu, e, (ea,) in model.edge_blocks(A, Bt, log_z, Ea):
-            # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
-            cond = ea[..., None] + e + Eb[:, t0 + K:t1 + K, None, None, :C]
-            g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None, None]), torch.zeros_like(mu))
-            acc.add(g * w, t0)
-        return acc.result(inp) + (None, None, None)
+        return _edge_gradients(model, A, Bt, log_z, grad, (Ea, Eb, expected)).result(inp) + (None, None, None)
 
 
 def semi_crf_streaming_entropy(
