@@ -49,6 +49,16 @@ __all__ = [
 _NEG = -math.inf
 
 
+def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with every infinite entry (an impossible normaliser) replaced by 0."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def _weighted(p: torch.Tensor, val: torch.Tensor) -> torch.Tensor:
+    """``p * val`` that is 0 where the weight ``p`` is 0 (where ``val`` may be infinite)."""
+    return torch.where(p > 0, p * val, torch.zeros_like(p))
+
+
 def _dense_kernels():
     """The Triton module of these recurrences, or None without Triton."""
     from .kernels import HAS_TRITON
@@ -254,7 +264,7 @@ class _Model:
         (B, n, K, C+1, C) (posterior probabilities and scores of the edges) and, for each tensor of
         ``extra`` laid out like A, its rows at the edges' starts (B, n, K, C+1)."""
         K, C = self.K, self.C
-        safe = torch.where(torch.isfinite(log_z), log_z, torch.zeros_like(log_z))[:, None, None, None, None]
+        safe = _finite_or_zero(log_z)[:, None, None, None, None]
         n = self._block(K * (C + 1) * C)
         for t0 in range(1, self.t_max + 1, n):
             t1 = min(t0 + n, self.t_max + 1)
@@ -357,7 +367,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
     acc = _Grads(model)
     ok = torch.isfinite(log_z)
     w = torch.where(ok, weight.detach().to(torch.float64), torch.zeros_like(log_z))
-    safe = torch.where(ok, log_z, torch.zeros_like(log_z))
+    safe = _finite_or_zero(log_z)
     K, C = model.K, model.C
     if model.direct:
         if entropy is None:
@@ -368,7 +378,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
             for t0, t1, mu, e, (ea,) in model.edge_blocks(A, Bt, log_z, Ea):
                 # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
                 cond = ea[..., None] + e + Eb[:, t0 + K:t1 + K, None, None, :C]
-                g = torch.where(mu > 0, -mu * (cond - expected[:, None, None, None, None]), torch.zeros_like(mu))
+                g = _weighted(mu, -(cond - expected[:, None, None, None, None]))
                 acc.add(g * w[:, None, None, None, None], t0)
         return acc
     tr = model.TrK[0]  # (C+1, C), the last row the phantom one
@@ -383,9 +393,8 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         x = A[:, r0:r1, :, None] + tr  # (B, n, C+1, C)
         U[:, r0:r1] = torch.logsumexp(x, 2)
         if entropy is not None:
-            p = torch.exp(x - torch.where(torch.isfinite(U[:, r0:r1]), U[:, r0:r1], 0.0)[:, :, None, :])
-            val = entropy[0][:, r0:r1, :, None] + tr
-            EU[:, r0:r1] = torch.where(p > 0, p * val, torch.zeros_like(p)).sum(2)
+            p = torch.exp(x - _finite_or_zero(U[:, r0:r1])[:, :, None, :])
+            EU[:, r0:r1] = _weighted(p, entropy[0][:, r0:r1, :, None] + tr).sum(2)
     n_seg = model._block(K * C)
     for s0 in range(0, model.t_max, n_seg):
         s1 = min(s0 + n_seg, model.t_max)
@@ -395,10 +404,8 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         y = seg + Bt[:, e_idx, :C]
         V[:, s0 + K:s1 + K] = torch.logsumexp(y, 2)
         if entropy is not None:
-            v = V[:, s0 + K:s1 + K]
-            q = torch.exp(y - torch.where(torch.isfinite(v), v, 0.0)[:, :, None, :])
-            val = seg + entropy[1][:, e_idx, :C]
-            EV[:, s0 + K:s1 + K] = torch.where(q > 0, q * val, torch.zeros_like(q)).sum(2)
+            q = torch.exp(y - _finite_or_zero(V[:, s0 + K:s1 + K])[:, :, None, :])
+            EV[:, s0 + K:s1 + K] = _weighted(q, seg + entropy[1][:, e_idx, :C]).sum(2)
     wb = w[:, None, None, None]
     for t0 in range(1, model.t_max + 1, n_seg):
         t1 = min(t0 + n_seg, model.t_max + 1)
@@ -410,7 +417,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
             acc.add_segments(mu * wb, t0)
         else:
             cond = EU[:, s_idx] + seg + entropy[1][:, t + K, None, :C] - entropy[2][:, None, None, None]
-            acc.add_segments(torch.where(mu > 0, -mu * cond, torch.zeros_like(mu)) * wb, t0)
+            acc.add_segments(_weighted(mu, -cond) * wb, t0)
     for r0 in range(K, K + model.t_max, n_tr):
         r1 = min(r0 + n_tr, K + model.t_max)
         mu = torch.exp(A[:, r0:r1, :, None] + tr + V[:, r0:r1, None, :] - safe[:, None, None, None])
@@ -419,7 +426,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         else:
             cond = (entropy[0][:, r0:r1, :, None] + tr + EV[:, r0:r1, None, :]
                     - entropy[2][:, None, None, None])
-            acc.gTr[0] += (torch.where(mu > 0, -mu * cond, torch.zeros_like(mu)) * wb).sum((0, 1))
+            acc.gTr[0] += (_weighted(mu, -cond) * wb).sum((0, 1))
     return acc
 
 
@@ -472,10 +479,8 @@ def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
     for t, seg in model.ends():
         e = model.edges(seg)
         x = A[:, t:t + K].flip(1)[..., None] + e  # (B, K, C+1, C)
-        here = A[:, t + K, None, None, :C]
-        w = torch.exp(x - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
-        val = Ea[:, t:t + K].flip(1)[..., None] + e
-        Ea[:, t + K, :C] = torch.where(w > 0, w * val, torch.zeros_like(w)).sum((1, 2))
+        w = torch.exp(x - _finite_or_zero(A[:, t + K, None, None, :C]))
+        Ea[:, t + K, :C] = _weighted(w, Ea[:, t:t + K].flip(1)[..., None] + e).sum((1, 2))
     return Ea
 
 
@@ -497,10 +502,9 @@ def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
             continue
         e = model.edges(seg)  # (B, K, C+1, C): ends s+1 .. s+K
         nxt = Bt[:, s + K + 1:s + 2 * K + 1, None, :C]
-        here = Bt[:, s + K][:, None, :, None]  # (B, 1, C+1, 1): the predecessor label's beta
-        v = torch.exp(e + nxt - torch.where(torch.isfinite(here), here, torch.zeros_like(here)))
-        val = e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C]
-        tot = torch.where(v > 0, v * val, torch.zeros_like(v)).sum((1, 3))
+        # the predecessor label's beta, (B, 1, C+1, 1)
+        v = torch.exp(e + nxt - _finite_or_zero(Bt[:, s + K][:, None, :, None]))
+        tot = _weighted(v, e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C]).sum((1, 3))
         Eb[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(tot), tot)
     return Eb
 
@@ -514,9 +518,8 @@ class _Entropy(torch.autograd.Function):
         idx = torch.arange(model.B, device=model.device)
         end = A[idx, model.lengths + model.K, :model.C]
         ok = torch.isfinite(log_z)
-        p_last = torch.exp(end - torch.where(ok, log_z, torch.zeros_like(log_z))[:, None])
-        e_last = Ea[idx, model.lengths + model.K, :model.C]
-        expected = torch.where(p_last > 0, p_last * e_last, torch.zeros_like(p_last)).sum(1)
+        p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
+        expected = _weighted(p_last, Ea[idx, model.lengths + model.K, :model.C]).sum(1)
         H = torch.where(ok, log_z - expected, torch.zeros_like(log_z))
         ctx.stash = (model, A, Ea, log_z, expected, inp)
         return H.to(inp.cum_scores.dtype)
