@@ -78,6 +78,20 @@ def test_compiled_with_validation_still_raises():
         compiled(x, lengths, labels)
 
 
+def test_compiled_with_validation_raises_for_an_infinite_loss():
+    """validate=True under compile: a gold segmentation the model forbids still raises, as in eager."""
+    allowed = torch.ones(3, 3, dtype=torch.bool)
+    allowed[0, 1] = False
+    model = _Model(allowed_transitions=allowed)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    x, lengths, _ = _batch(12, [12, 8], seed=4)
+    labels = torch.tensor([[0] * 6 + [1] * 6, [2] * 8 + [-100] * 4])  # 0 -> 1 at position 6
+    for fn in (model, compiled):
+        with pytest.raises(ValueError, match="moves 0 -> 1 at position 6"):
+            fn(x, lengths, labels)
+
+
 def test_compiled_engine_function_fullgraph_and_gradients():
     """The public function itself under fullgraph compile, log and max semirings (no grad)."""
     torch.manual_seed(1)

@@ -619,6 +619,8 @@ class SemiMarkovCRFHead(nn.Module):
                                    out.proj_end)
             # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
             infinite = torch.isneginf(out.partition) | (code > 0).any(1)
+            if self.validate and not zero_infinity and bool(infinite.any()):  # (under torch.compile)
+                self._raise_infinite_loss(out, lab, starts, code, int(infinite.nonzero()[0]))
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             gold = gold_score(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
@@ -657,15 +659,18 @@ class SemiMarkovCRFHead(nn.Module):
         if host[n]:
             self._gold_tensors(out, labels, segments, check=True)  # raises with the details
         if not zero_infinity and any(host[n + 1:]):
-            b = host[n + 1:].index(1.0)
-            if bool(torch.isneginf(partition[b])):
-                raise ValueError(
-                    f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
-                    "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
-                    "length; pass zero_infinity=True to give such sequences loss 0"
-                )
-            self._raise_forbidden_gold(safe, lab, starts, code, b)
+            self._raise_infinite_loss(safe, lab, starts, code, host[n + 1:].index(1.0))
         return safe, lab, starts, infinite
+
+    def _raise_infinite_loss(self, out: SemiCRFOutput, lab, starts, code, b: int):
+        """The error for sequence b's infinite loss: no segmentation at all, or a forbidden gold one."""
+        if bool(torch.isneginf(out.partition[b])):
+            raise ValueError(
+                f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
+                "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
+                "length; pass zero_infinity=True to give such sequences loss 0"
+            )
+        self._raise_forbidden_gold(out, lab, starts, code, b)
 
     def _dist_args(self, out: SemiCRFOutput) -> tuple:
         return (out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration)
