@@ -20,7 +20,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .common import MASK_K
+    from .common import MASK_K, lse_cols, lse_rows, online_lse, online_lse_value
 
     @triton.jit
     def _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc, mc,
@@ -88,9 +88,7 @@ if HAS_TRITON:
             # U and its expectation for position t-1 (row i-1)
             a = tl.load(A_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=MASK_K)
             x = tl.maximum(a[:, None] + tr, MASK_K)
-            mx = tl.max(x, 0)
-            sm = tl.sum(tl.exp(x - mx[None, :]), 0)
-            u = tl.where(mx > -1e29, mx + tl.log(sm), MASK_K)
+            u = tl.maximum(lse_rows(x), MASK_K)
             tl.store(U_ptr + (b * P + i - 1) * C + oc, u, mask=mc)
             if EXPECT:
                 ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
@@ -105,10 +103,8 @@ if HAS_TRITON:
                 uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=mk[:, None] & mc[None, :],
                              other=MASK_K)
                 y = tl.maximum(uj + seg, MASK_K)
-                nm = tl.maximum(run_m, tl.max(y, 0))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[None, :]), 0)
-                run_m = nm
-            alpha = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, y)
+            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
             tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
             if EXPECT:
                 acc = tl.zeros([C_PAD], tl.float64)
@@ -149,13 +145,10 @@ if HAS_TRITON:
                 nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
                               other=MASK_K)
                 y = tl.maximum(seg + nxt, MASK_K)
-                nm = tl.maximum(run_m, tl.max(y, 0))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[None, :]), 0)
-                run_m = nm
-            v = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, y)
+            v = online_lse_value(run_m, run_s, run_m > -1e29)
             x = tl.maximum(tr + v[None, :], MASK_K)  # (C1_PAD, C_PAD)
-            mx = tl.max(x, 1)
-            beta = tl.where(mx > -1e29, mx + tl.log(tl.sum(tl.exp(x - mx[:, None]), 1)), MASK_K)
+            beta = tl.maximum(lse_cols(x), MASK_K)
             tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
             if EXPECT:
                 ev = tl.zeros([C_PAD], tl.float64)
@@ -194,11 +187,8 @@ if HAS_TRITON:
                 prev = tl.load(A_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mk[:, None] & mp[None, :],
                                other=MASK_K)
                 x = tl.maximum(x + prev[:, :, None], MASK_K)
-                bm = tl.max(tl.max(x, 0), 0)
-                nm = tl.maximum(run_m, bm)
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.sum(tl.exp(x - nm[None, None, :]), 0), 0)
-                run_m = nm
-            alpha = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, tl.reshape(x, (K_BLK * C1_PAD, C_PAD)))
+            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
             tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
             if EXPECT:
                 acc = tl.zeros([C_PAD], tl.float64)
@@ -236,11 +226,9 @@ if HAS_TRITON:
                 nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
                               other=MASK_K)
                 x = tl.maximum(x + nxt[:, None, :], MASK_K)
-                bm = tl.max(tl.max(x, 2), 0)
-                nm = tl.maximum(run_m, bm)
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.sum(tl.exp(x - nm[None, :, None]), 2), 0)
-                run_m = nm
-            beta = tl.where(run_m > -1e29, run_m + tl.log(run_s), MASK_K)
+                x = tl.reshape(tl.permute(x, (0, 2, 1)), (K_BLK * C_PAD, C1_PAD))
+                run_m, run_s = online_lse(run_m, run_s, x)
+            beta = online_lse_value(run_m, run_s, run_m > -1e29)
             tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
             if EXPECT:
                 acc = tl.zeros([C1_PAD], tl.float64)
