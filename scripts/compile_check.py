@@ -108,6 +108,16 @@ def main():
                             z, state = launch.launch_forward(*args, "log", v.proj_start, v.proj_end, plan=plan)
                             launch.launch_backward(*args, v.proj_start, v.proj_end, plan=plan, state=state)
         plan_mod.FORCE_MEMORY_RING = False
+    # the sampling walk (the traceback kernel with drawn steps)
+    from torch_semimarkov.streaming.kernels import parallel
+    for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24), (2, 400, 200, 9)]:
+        cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0))
+        v = validate_streaming_inputs(cum, torch.randn(C, C), torch.randn(K, C), torch.tensor([T] * B), K)
+        saved = torch.zeros(2, B, T + 1, C)
+        frames = torch.zeros(B, T + 1, dtype=torch.float64)
+        with torch.no_grad():
+            parallel.sample_chunked(saved, frames, v.cum_scores, v.transition, v.duration_bias, v.lengths,
+                                    torch.rand(3 * B, T + 1, 2), v.K, max(v.K, 64))
     # the dense recurrences of streaming/distribution.py (k-best, samples, entropy, masks)
     from torch_semimarkov.streaming import distribution as dist
     from torch_semimarkov.streaming.kernels.dense import run_dense

@@ -697,6 +697,67 @@ def _fill_past_length(labels, lengths):
 # ---------------------------------------------------------------------- sampling
 
 
+#: Run the engine's sampling walk on CPU tensors too (tests, under ``TRITON_INTERPRET=1``).
+ENGINE_SAMPLING_ON_CPU = False
+
+
+def _engine_sampling(inp: StreamingInputs, lm, bm) -> bool:
+    """Sampling runs on the engine (its forward, then the chunked walk of ``kernels/traceback.py``)
+    for CUDA tensors, a (C, C) transition and no masks; elsewhere on the PyTorch path."""
+    from .kernels import HAS_TRITON
+    on_device = inp.cum_scores.is_cuda or ENGINE_SAMPLING_ON_CPU
+    return HAS_TRITON and on_device and lm is None and bm is None and not inp.duration_transitions
+
+
+def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offsets) -> torch.Tensor:
+    """(rows,) float64 score of each row's segmentation (row r is sequence r % B) from its
+    segment tensors: gathers per segment, never a copy of the inputs per row."""
+    dev = starts.device
+    B = inp.batch
+    row = torch.repeat_interleave(torch.arange(rows, device=dev), offsets.diff())
+    b = row % B
+    cum = inp.cum_scores
+    val = cum[b, ends, labels].double() - cum[b, starts, labels].double()
+    val = val + inp.duration_bias.double()[ends - starts - 1, labels]
+    if inp.proj_start is not None:
+        val = val + inp.proj_start[b, starts, labels].double()
+    if inp.proj_end is not None:
+        val = val + inp.proj_end[b, ends - 1, labels].double()
+    tr = inp.transition.double()
+    prev = torch.roll(labels, 1)
+    val = val + torch.where(starts == 0, torch.logsumexp(tr, 0)[labels], tr[prev, labels])
+    total = torch.cat([val.new_zeros(1), val.cumsum(0)])
+    return total[offsets[1:]] - total[offsets[:-1]]
+
+
+def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "SegmentationSamples":
+    """Engine sampling: one forward keeping every position's ``alpha_hat`` / ``U_hat`` and
+    frames, then ``num_samples·B`` walks by the chunked, merging walk (``sample_chunked``)."""
+    from .kernels import launch, parallel
+    from .kernels.plan import _sms
+
+    S, B, T, K = num_samples, inp.batch, inp.T, inp.K
+    dev = inp.cum_scores.device
+    log_z, state = launch.launch_forward(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, K,
+                                         proj_start=inp.proj_start, proj_end=inp.proj_end, save="all")
+    saved, frames = state
+    ok = torch.isfinite(log_z)
+    traced = torch.where(ok, inp.lengths, torch.zeros_like(inp.lengths))
+    uniforms = torch.rand((S * B, T + 1, 2), generator=generator, device=dev, dtype=torch.float32)
+    chunk = parallel.sample_chunk_length(S * B, T, min(K, max(T, 1)), _sms(dev))
+    c = lambda x: x.contiguous()  # noqa: E731
+    labels, starts, _ = parallel.sample_chunked(saved, frames, c(inp.cum_scores), c(inp.transition),
+                                                c(inp.duration_bias), c(traced), uniforms, min(K, max(T, 1)), chunk)
+    out = SegmentationSamples(labels.reshape(S, B, T), starts.reshape(S, B, T), inp.lengths, None, None)
+    score = _segment_scores(inp, S * B, out.segment_starts, out.segment_ends, out.segment_labels,
+                            out.segment_offsets).reshape(S, B)
+    neg = torch.full_like(score, _NEG)
+    dt = inp.cum_scores.dtype
+    out.scores = torch.where(ok[None, :], score, neg).to(dt)
+    out.log_prob = torch.where(ok[None, :], score - log_z[None, :].double(), neg).to(dt)
+    return out
+
+
 def semi_crf_streaming_sample(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -745,6 +806,8 @@ def semi_crf_streaming_sample(
     inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
                              boundary_mask, validate)
     with torch.no_grad():
+        if _engine_sampling(inp, lm, bm):
+            return _sample_on_engine(inp, num_samples, generator)
         model = _Model(inp, lm, bm)
         A = model.alpha()
         log_z = model.log_z(A)

@@ -175,24 +175,65 @@ def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
 
     Returns ``(labels (B, T) int64, starts (B, T) bool, merged (B, n) bool)``.
     """
-    from .traceback import _traceback_chunks_kernel
-
     B, T1, C = bp.shape
-    T = T1 - 1
-    dev = bp.device
     W, n = plan.chunk, plan.n_chunks
     # guessed start node of chunk j: the best label ending at b_j (the last chunk: the truth)
-    ends = torch.minimum((torch.arange(n, device=dev)[None, :] + 1) * W, lengths[:, None])
+    ends = torch.minimum((torch.arange(n, device=bp.device)[None, :] + 1) * W, lengths[:, None])
     guess = torch.gather(alpha_hat, 1, ends[:, :, None].expand(B, n, C)).argmax(-1).to(torch.int32)
-    labels = torch.empty((B, T), device=dev, dtype=torch.int64)
-    starts = torch.empty((B, T), device=dev, dtype=torch.bool)
-    mark = torch.empty((B, T1), device=dev, dtype=torch.int32)
-    exits = torch.empty((2, B, n, 3), device=dev, dtype=torch.int32)
-    status = torch.ones((B, n), device=dev, dtype=torch.int32)
-    src = torch.ones((B, n), device=dev, dtype=torch.int32)
-    args = dict(bp_ptr=bp, guess_ptr=guess, len_ptr=lengths, lab_ptr=labels, st_ptr=starts.view(torch.int8),
-                mk_ptr=mark, ex_ptr=exits, stt_ptr=status, src_ptr=src, C=C, T=T, W=W, NCH=n, s_bp_b=T1 * C)
-    meta = dict(K_BLOCK=max(2, min(128, next_pow2(plan.K))), FILL=min(1024, max(32, next_pow2(W))), num_warps=1,
-                IDX64=plan.idx64)
-    _three_phases(_traceback_chunks_kernel, B, n, args, meta, status)
+    return _chunked_walk(lengths, guess, T1 - 1, C, plan.K, W, plan.idx64, dict(bp_ptr=bp, s_bp_b=T1 * C))
+
+
+def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
+    """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
+    is a chain of dependent loads, so more programs in flight hide the latency), each chunk at
+    least K (a segment crosses at most one boundary) and 64 long."""
+    from . import plan as plan_mod
+
+    if plan_mod.CHUNK_OVERRIDE is not None:
+        return max(int(plan_mod.CHUNK_OVERRIDE), K, 1)
+    want = max(1, -(-32 * sms // max(rows, 1)))
+    return max(K, 64, -(-T // want))
+
+
+def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths, uniforms, K: int,
+                   chunk: int):
+    """Exact backward sampling of ``rows = uniforms.shape[0]`` walks (row r samples sequence
+    ``r % B``) from the forward's every-position state, by the chunked walk of ``traceback.py``
+    with drawn steps (``_draw``): a step is a function of its node and the uniforms of the node's
+    position, so walks merge exactly as the traceback's do. ``lengths`` (B,) must be 0 for
+    sequences with no segmentation; ``uniforms`` (rows, T+1, 2) float32 in [0, 1).
+
+    Returns ``(labels (rows, T) int64, starts (rows, T) bool, merged (rows, n) bool)``.
+    """
+    B, T1, C = cum_scores.shape
+    rows = uniforms.shape[0]
+    reps = -(-rows // B)
+    row_len = lengths.repeat(reps)[:rows].contiguous()
+    n = max(1, -(-(T1 - 1) // chunk))
+    # every chunk starts from "the sequence ends here" (label C), the truth for the last one
+    guess = torch.full((rows, n), C, device=cum_scores.device, dtype=torch.int32)
+    idx64 = rows * T1 * 2 >= 2**31 or T1 * max(C, K) * 4 >= 2**31
+    sample = dict(bp_ptr=guess, s_bp_b=0, SAMPLE=True, a_ptr=saved[0], w_ptr=saved[1], f_ptr=frames,
+                  cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, u_ptr=uniforms, NB=B, K=K,
+                  C_PAD=max(4, next_pow2(C)))
+    return _chunked_walk(row_len, guess, T1 - 1, C, K, chunk, idx64, sample)
+
+
+def _chunked_walk(lengths, guess, T, C, K, W, idx64, extra):
+    """The three launches of ``_traceback_chunks_kernel`` over ``lengths.shape[0]`` rows."""
+    from .traceback import _traceback_chunks_kernel
+
+    R, n = guess.shape
+    dev = guess.device
+    labels = torch.empty((R, T), device=dev, dtype=torch.int64)
+    starts = torch.empty((R, T), device=dev, dtype=torch.bool)
+    mark = torch.empty((R, T + 1), device=dev, dtype=torch.int32)
+    exits = torch.empty((2, R, n, 3), device=dev, dtype=torch.int32)
+    status = torch.ones((R, n), device=dev, dtype=torch.int32)
+    src = torch.ones((R, n), device=dev, dtype=torch.int32)
+    args = dict(guess_ptr=guess, len_ptr=lengths, lab_ptr=labels, st_ptr=starts.view(torch.int8),
+                mk_ptr=mark, ex_ptr=exits, stt_ptr=status, src_ptr=src, C=C, T=T, W=W, NCH=n, **extra)
+    meta = dict(K_BLOCK=max(2, min(128, next_pow2(K))), FILL=min(1024, max(32, next_pow2(W))), num_warps=1,
+                IDX64=idx64)
+    _three_phases(_traceback_chunks_kernel, R, n, args, meta, status)
     return labels, starts, status.bool()

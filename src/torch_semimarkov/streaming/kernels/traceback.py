@@ -30,6 +30,7 @@ from __future__ import annotations
 from .common import HAS_TRITON, tl, triton  # noqa: F401
 
 if HAS_TRITON:
+    from .common import MASK_K
 
     @triton.jit
     def _traceback_kernel(
@@ -99,23 +100,97 @@ if HAS_TRITON:
             tl.store(mk_b + pos, tl.full([K_BLOCK], -1, tl.int32), mask=m & (pos > a))
 
     @triton.jit
-    def _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK: tl.constexpr, MERGE: tl.constexpr):
+    def _inverse_cdf(z, idx, valid, u, first, last, acc, m):
+        """Fold one tile of log-weights ``z`` (relative to ``m``) into an inverse-CDF draw: returns
+        ``(first, last, acc)``, the first index whose cumulative weight ``acc + cumsum`` exceeds
+        the target ``u``, the last index of positive weight and the running total."""
+        p = tl.where(valid, tl.exp(z - m), 0.0)
+        cs = acc + tl.cumsum(p, 0)
+        big = 2147483647
+        first = tl.minimum(first, tl.min(tl.where(valid & (p > 0) & (cs > u), idx, big), 0))
+        last = tl.maximum(last, tl.max(tl.where(valid & (p > 0), idx, -1), 0))
+        return first, last, acc + tl.sum(p, 0)
+
+    @triton.jit
+    def _duration_logits(k, kmax, s, c1, w_b, f_b, cum_b, db_ptr, fs, s_c, C):
+        """log weights, up to a constant, of the segment [s-k, s) of label c1 for a tile of
+        durations k: U_{s-k}(c1) + D[k-1, c1] + S_s - S_{s-k} (frames included)."""
+        vk = k <= kmax
+        p0 = s.to(tl.int64) - k
+        u = tl.load(w_b + p0 * C + c1, mask=vk, other=MASK_K).to(tl.float32)
+        fr = (tl.load(f_b + p0, mask=vk, other=0.0) - fs).to(tl.float32)
+        seg = (s_c - tl.load(cum_b + p0 * C + c1, mask=vk, other=0.0)).to(tl.float32)
+        d = tl.load(db_ptr + (k - 1) * C + c1, mask=vk, other=MASK_K).to(tl.float32)
+        return tl.where(vk, u + fr + seg + d, -3e38), vk
+
+    @triton.jit
+    def _draw(s, c, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, C, K, ok, C_PAD: tl.constexpr,
+              K_BLOCK: tl.constexpr):
+        """One exact backward-sampling step from the start node (s, c), "a segment of label c
+        starts at s" (c == C: the sequence ends at s). With the uniforms (u1, u2) of position s it
+        draws the label c' of the segment that ends at s, P(c') ~ alpha_s(c') exp(Tr[c', c]), then
+        its duration k, P(k) ~ exp(U_{s-k}(c') + D[k-1, c'] + S_s(c') - S_{s-k}(c')). Returns
+        ``(s - k, c')``. A draw is a function of the node and the uniforms of its position only,
+        so walks that reach the same node go on together (what the chunked walk relies on)."""
+        s64 = s.to(tl.int64)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        z = tl.load(a_b + s64 * C + oc, mask=mc, other=MASK_K).to(tl.float32)
+        z += tl.load(tr_ptr + oc * C + c, mask=mc & ((oc * 0 + c) < C), other=0.0).to(tl.float32)
+        z = tl.where(mc, z, -3e38)
+        m = tl.max(z, 0)
+        tot = tl.sum(tl.where(mc, tl.exp(z - m), 0.0), 0)
+        u1 = tl.load(u_r + s64 * 2)
+        first, last, _ = _inverse_cdf(z, oc, mc, u1 * tot, 2147483647, -1, 0.0, m)
+        c1 = tl.where(first < C, first, last)
+        fs = tl.load(f_b + s64)
+        s_c = tl.load(cum_b + s64 * C + c1)
+        kmax = tl.minimum(K, s)
+        run_m = -3e38
+        run_s = 0.0
+        for kb in range(1, kmax + 1, K_BLOCK):
+            zk, vk = _duration_logits(kb + ok, kmax, s, c1, w_b, f_b, cum_b, db_ptr, fs, s_c, C)
+            nm = tl.maximum(run_m, tl.max(zk, 0))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.where(vk, tl.exp(zk - nm), 0.0), 0)
+            run_m = nm
+        target = tl.load(u_r + s64 * 2 + 1) * run_s
+        first = 2147483647
+        last = -1
+        acc = 0.0
+        for kb in range(1, kmax + 1, K_BLOCK):
+            k = kb + ok
+            zk, vk = _duration_logits(k, kmax, s, c1, w_b, f_b, cum_b, db_ptr, fs, s_c, C)
+            first, last, acc = _inverse_cdf(zk, k, vk, target, first, last, acc, run_m)
+        k1 = tl.where(first <= kmax, first, last)
+        return s - k1, c1
+
+    @triton.jit
+    def _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK: tl.constexpr, MERGE: tl.constexpr,
+              SAMPLE: tl.constexpr, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, K, C_PAD: tl.constexpr):
         """Follow backpointers from node (t, c) while t > a, writing each segment's positions of
         [a, ...) and marking its nodes. MERGE: stop at a node of the stored path. Returns
         ``(t, c, merged)``: the node reached. The label of the last segment walked, the one that
-        crosses a when t < a, is the label this walk wrote at position a (:func:`_exit_label`)."""
+        crosses a when t < a, is the label this walk wrote at position a (:func:`_exit_label`).
+
+        SAMPLE: the nodes are start nodes (t, c), "a segment of label c starts at t", and each
+        step draws the segment before it (:func:`_draw`) instead of reading a backpointer."""
         t = tl.cast(t, a.dtype)
         c = tl.cast(c, tl.int32)
         merged = tl.full([], 0, tl.int32)
         if MERGE:
             merged = tl.where(t > a, tl.load(mk_b + tl.maximum(t, a)) == c, 0).to(tl.int32)
         while (t > a) & (merged == 0):
-            packed = tl.load(bp_b + t.to(tl.int64) * C + c)
-            k = packed >> 16
-            c_prev = packed & 65535
-            s = t - k
+            if SAMPLE:
+                s, c_prev = _draw(t, c, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, C, K, ok, C_PAD, K_BLOCK)
+                seg_c = c_prev
+            else:
+                packed = tl.load(bp_b + t.to(tl.int64) * C + c)
+                k = packed >> 16
+                c_prev = packed & 65535
+                s = t - k
+                seg_c = c
             tl.store(mk_b + t, c)
-            _write_segment(lab_b, st_b, mk_b, a, s, t, c, ok, K_BLOCK)
+            _write_segment(lab_b, st_b, mk_b, a, s, t, seg_c, ok, K_BLOCK)
             t = s
             c = c_prev
             if MERGE:
@@ -145,8 +220,32 @@ if HAS_TRITON:
         FILL: tl.constexpr,
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
+        # sampling (SAMPLE): rows are (sample, sequence) pairs, row r reads sequence r % NB
+        SAMPLE: tl.constexpr = False,
+        a_ptr=None,  # (NB, T+1, C) float32 alpha_hat
+        w_ptr=None,  # (NB, T+1, C) float32 U_hat
+        f_ptr=None,  # (NB, T+1) float64 frames
+        cum_ptr=None,  # (NB, T+1, C)
+        tr_ptr=None,  # (C, C)
+        db_ptr=None,  # (K, C)
+        u_ptr=None,  # (rows, T+1, 2) float32 uniforms of each position
+        NB=1,
+        K=1,
+        C_PAD: tl.constexpr = 4,
     ):
         b_id = tl.program_id(0).to(tl.int64)
+        seq = b_id % NB
+        a_b = a_ptr
+        w_b = w_ptr
+        f_b = f_ptr
+        cum_b = cum_ptr
+        u_r = u_ptr
+        if SAMPLE:
+            a_b = a_ptr + seq * (T + 1) * C
+            w_b = w_ptr + seq * (T + 1) * C
+            f_b = f_ptr + seq * (T + 1)
+            cum_b = cum_ptr + seq * (T + 1) * C
+            u_r = u_ptr + b_id * (T + 1) * 2
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -175,7 +274,8 @@ if HAS_TRITON:
                     tl.store(mk_b + pos, tl.full([FILL], -1, tl.int32), mask=pos <= b)
                 tl.debug_barrier()
                 c = tl.load(guess_ptr + row + j)
-                t, c, merged = _walk(b, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, False)
+                t, c, merged = _walk(b, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, False, SAMPLE, a_b, w_b, f_b,
+                                     cum_b, tr_ptr, db_ptr, u_r, K, C_PAD)
                 e = ex_ptr + (row + j) * 3
                 tl.store(e, t)
                 tl.store(e + 1, c)
@@ -208,7 +308,8 @@ if HAS_TRITON:
                     if t < b:
                         tl.store(mk_b + b, -1)
                     tl.debug_barrier()
-                    t, c, merged = _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, True)
+                    t, c, merged = _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, True, SAMPLE, a_b, w_b, f_b,
+                                         cum_b, tr_ptr, db_ptr, u_r, K, C_PAD)
                     if merged != 0:
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
