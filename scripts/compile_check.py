@@ -64,6 +64,10 @@ def _run(self, *args, grid, warmup, **kwargs):
     return None
 
 
+def args_of(v):
+    return (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
+
+
 def main():
     global _orig_run
     try:
@@ -108,6 +112,24 @@ def main():
                             z, state = launch.launch_forward(*args, "log", v.proj_start, v.proj_end, plan=plan)
                             launch.launch_backward(*args, v.proj_start, v.proj_end, plan=plan, state=state)
         plan_mod.FORCE_MEMORY_RING = False
+    # partial labels and constraints: the time-parallel kernels with segment limits
+    from torch_semimarkov.streaming import distribution as dist_mod
+    dist_mod.ENGINE_ON_CPU = True
+    for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24)]:
+        cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0))
+        v = validate_streaming_inputs(cum, torch.randn(C, C), torch.randn(K, C), torch.tensor([T] * B), K)
+        lm = torch.rand(B, T, C) < 0.9
+        bm = torch.zeros(B, T, dtype=torch.int8)
+        bm[:, ::7] = -1
+        for semiring in ("log", "max"):
+            plan, masks, ps = dist_mod._engine_masks(v, lm, bm, semiring)
+            with torch.no_grad():
+                if semiring == "max":
+                    launch.launch_viterbi(*args_of(v), ps, None, plan=plan, masks=masks)
+                    continue
+                z, state = launch.launch_forward(*args_of(v), "log", ps, None, plan=plan, masks=masks)
+                launch.launch_backward(*args_of(v), ps, None, plan=plan, state=state, masks=masks)
+    dist_mod.ENGINE_ON_CPU = False
     # the sampling walk (the traceback kernel with drawn steps)
     from torch_semimarkov.streaming.kernels import parallel
     for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24), (2, 400, 200, 9)]:

@@ -281,7 +281,8 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
         assert_close(ha.cpu(), hb, rtol=0, atol=1e-9)
         za = semi_crf_streaming_forward(**got, label_mask=lm.cuda())
         zb = semi_crf_streaming_forward(**want, label_mask=lm)
-        assert_close(za.cpu(), zb, rtol=0, atol=1e-9)
+        # (C, C): the masks run on the engine's float32 kernels
+        assert_close(za.cpu(), zb, rtol=1e-6 if not kcc else 0, atol=1e-4 if not kcc else 1e-9)
     # gradients of the masked log Z and of the entropy (the beta kernels)
     names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
     for fn, kw in ((semi_crf_streaming_forward, dict(label_mask=lm, boundary_mask=bm)),
@@ -291,8 +292,9 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
             leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
             fn(**dict(inp, **leaves), **{k: v.to(dev) for k, v in kw.items()}).sum().backward()
             grads.append([leaves[k].grad.cpu() for k in names])
+        engine = fn is semi_crf_streaming_forward and not kcc
         for a, b in zip(*grads):
-            assert_close(a, b, rtol=0, atol=1e-8)
+            assert_close(a, b, rtol=1e-4 if engine else 0, atol=1e-4 if engine else 1e-8)
     s = semi_crf_streaming_sample(**gpu, num_samples=64, generator=torch.Generator(device="cuda").manual_seed(0))
     assert s.labels.is_cuda and s.labels.shape == (64, 3, 120)
     assert ((s.labels >= 0).sum(-1).cpu() == torch.tensor([120, 77, 5])).all()

@@ -152,7 +152,7 @@ def test_kernel_walk_on_models_whose_walks_do_not_merge(kind):
 
 @pytest.fixture
 def engine_sampling(monkeypatch):
-    monkeypatch.setattr(distribution, "ENGINE_SAMPLING_ON_CPU", True)
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 4)
 
 

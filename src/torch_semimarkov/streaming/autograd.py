@@ -552,7 +552,11 @@ def semi_crf_streaming_viterbi(
     """
     _check_num_warps(num_warps)
     if label_mask is not None or boundary_mask is not None:
-        from .distribution import semi_crf_streaming_topk
+        from .distribution import masked_viterbi_on_engine, semi_crf_streaming_topk
+        on_engine = masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                             label_mask, boundary_mask, validate)
+        if on_engine is not None:
+            return ViterbiResult.from_boundaries(*on_engine)
         best = semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, 1, proj_start, proj_end,
                                        label_mask, boundary_mask, validate)
         return ViterbiResult(best.scores[:, 0], best.labels[:, 0], best.segment_starts, best.segment_ends,

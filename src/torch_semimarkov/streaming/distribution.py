@@ -335,6 +335,132 @@ def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, pr
     return inp, lm, bm
 
 
+# ---------------------------------------------------------------------- masks on the engine
+
+#: Run the engine's kernels (sampling walk, constrained recurrences) on CPU tensors too (tests,
+#: under ``TRITON_INTERPRET=1``).
+ENGINE_ON_CPU = False
+
+
+def _block_scan(x: torch.Tensor, K: int, fill: int, reverse: bool) -> torch.Tensor:
+    """Running max (``reverse``: running min from the right) of ``x`` (B, T, ...) along time,
+    exact wherever it differs from ``fill`` within K positions: blocks of K' >= K positions are
+    scanned on their own (K' sequential steps, every block and column in parallel) and then take
+    the neighbouring block's total. ``torch.cummax`` over the whole axis would run T dependent
+    steps per column, slow on the GPU when T is long and B·C small."""
+    B, T = x.shape[:2]
+    blk = max(int(K), 32)
+    n = -(-T // blk)
+    pad = n * blk - T
+    if reverse:
+        x = torch.flip(x, (1,))
+    if pad:
+        x = torch.cat([x, x.new_full((B, pad) + x.shape[2:], fill)], 1)
+    y = x.view((B, n, blk) + x.shape[2:])
+    inner = (torch.cummin(y, 2) if reverse else torch.cummax(y, 2)).values
+    prev = torch.cat([inner.new_full((B, 1) + inner.shape[3:], fill), inner[:, :-1, -1]], 1)
+    out = (torch.minimum if reverse else torch.maximum)(inner, prev[:, :, None])
+    out = out.reshape((B, n * blk) + x.shape[2:])[:, :T]
+    return torch.flip(out, (1,)) if reverse else out
+
+
+def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, device):
+    """The masks as per-(position, label) limits of the allowed segments, the form the engine's
+    kernels read: a segment ``[s, e)`` of label c with ``e - s <= K`` is allowed iff
+    ``min_start[e, c] <= s`` (equivalently ``e <= max_end[s, c]``) and ``s`` is not a forbidden
+    start. (The limits are exact within K positions of their index; farther values only ever
+    concern segments longer than K.)
+
+    Returns ``(min_start, max_end)`` (B, T+1, C) int32 and ``forbidden_start`` (B, T) bool or None.
+    """
+    ms = torch.zeros(B, T + 1, C, dtype=torch.int32, device=device)
+    me = torch.full((B, T + 1, C), T, dtype=torch.int32, device=device)
+    pos = torch.arange(T, device=device, dtype=torch.int32)
+    if label_mask is not None:
+        # end e: one past the last forbidden position before e; start s: the first forbidden one at or after s
+        ms[:, 1:] = _block_scan(torch.where(label_mask, 0, pos[None, :, None] + 1), K, 0, False)
+        me[:, :T] = _block_scan(torch.where(label_mask, T, pos[None, :, None]), K, T, True)
+    forbidden = None
+    if boundary_mask is not None:
+        forced = boundary_mask == 1
+        # no segment may straddle a forced start: end e starts at or after the last one before e,
+        # start s ends at or before the first one after s
+        last = _block_scan(torch.where(forced, pos[None, :], 0), K, 0, False)
+        ms[:, 1:] = torch.maximum(ms[:, 1:], last[..., None])
+        first = _block_scan(torch.where(forced, pos[None, :], T), K, T, True)
+        after = torch.cat([first[:, 1:], torch.full_like(first[:, :1], T)], 1)
+        me[:, :T] = torch.minimum(me[:, :T], after[..., None])
+        forbidden = boundary_mask == -1
+    return ms, me, forbidden
+
+
+def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log"):
+    """``(plan, (min_start, max_end), proj_start)`` of a constrained call on the engine (CUDA
+    tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch path).
+    Forbidden starts enter as an impossible ``proj_start`` there."""
+    from .constants import IMPOSSIBLE
+    from .kernels import HAS_TRITON
+    if not HAS_TRITON or inp.duration_transitions or (lm is None and bm is None):
+        return None
+    if not (inp.cum_scores.is_cuda or ENGINE_ON_CPU):
+        return None
+    from .kernels.plan import masked_plan
+    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device)
+    if plan is None:
+        return None
+    ms, me, forbidden = segment_limits(lm, bm, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
+    ps = inp.proj_start
+    if forbidden is not None:
+        block = torch.where(forbidden, IMPOSSIBLE, 0.0).to(inp.cum_scores.dtype)[..., None]
+        ps = block.expand(-1, -1, inp.C) if ps is None else ps + block
+        ps = ps.contiguous()
+    return plan, (ms, me), ps
+
+
+class _EngineConstrainedLogZ(torch.autograd.Function):
+    """log Z of the allowed segmentations on the engine; the backward is the engine's own."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, engine):
+        from .kernels import launch
+        plan, masks, ps = engine
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        args = (d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K)
+        log_z, state = launch.launch_forward(*args, "log", d(ps), d(proj_end), plan=plan, masks=masks)
+        ctx.stash = (args, d(ps), d(proj_end), plan, masks, state, proj_start is not None, proj_end is not None)
+        return log_z.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .autograd import _scale_grads
+        from .kernels import launch
+        args, ps, pe, plan, masks, state, has_ps, has_pe = ctx.stash
+        marg = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=masks)
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+                has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
+        grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
+        return _scale_grads(args[0], need, grad, *marg) + (None, None)
+
+
+def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate=True):
+    """``(scores, labels, starts, lengths)`` of the best allowed segmentations on the engine, or
+    None where the engine cannot take the masks (then :func:`semi_crf_streaming_topk` with k = 1)."""
+    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
+                             boundary_mask, validate)
+    engine = _engine_masks(inp, lm, bm, "max")
+    if engine is None:
+        return None
+    from .kernels import launch
+    plan, masks, ps = engine
+    d = lambda t: None if t is None else t.detach()  # noqa: E731
+    with torch.no_grad():
+        scores, labels, starts = launch.launch_viterbi(d(inp.cum_scores), d(inp.transition), d(inp.duration_bias),
+                                                       inp.lengths, inp.K, d(ps), d(inp.proj_end), plan=plan,
+                                                       masks=masks)
+    return scores.to(inp.cum_scores.dtype), labels, starts, inp.lengths
+
+
 # ---------------------------------------------------------------------- constrained log Z
 
 
@@ -444,12 +570,26 @@ def constrained_log_partition(
     """
     inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
                              boundary_mask, validate)
+    engine = _engine_masks(inp, lm, bm)
+    if engine is not None:
+        return _EngineConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                            inp.proj_end, inp, engine)
     return _ConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end,
                                   inp, lm, bm)
 
 
 def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
     """(log Z (B,), P_start (B, T, C), P_end (B, T, C)) under the masks (validated inputs)."""
+    engine = _engine_masks(inp, label_mask, boundary_mask)
+    if engine is not None:
+        from .kernels import launch
+        plan, masks, ps = engine
+        with torch.no_grad():
+            args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
+            pe = None if inp.proj_end is None else inp.proj_end.detach()
+            log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, masks=masks)
+            p_start, p_end, _, _ = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=masks)
+        return log_z.to(inp.cum_scores.dtype), p_start, p_end
     model = _Model(inp, label_mask, boundary_mask)
     A = model.alpha()
     log_z = model.log_z(A)
@@ -697,15 +837,11 @@ def _fill_past_length(labels, lengths):
 # ---------------------------------------------------------------------- sampling
 
 
-#: Run the engine's sampling walk on CPU tensors too (tests, under ``TRITON_INTERPRET=1``).
-ENGINE_SAMPLING_ON_CPU = False
-
-
 def _engine_sampling(inp: StreamingInputs, lm, bm) -> bool:
     """Sampling runs on the engine (its forward, then the chunked walk of ``kernels/traceback.py``)
     for CUDA tensors, a (C, C) transition and no masks; elsewhere on the PyTorch path."""
     from .kernels import HAS_TRITON
-    on_device = inp.cum_scores.is_cuda or ENGINE_SAMPLING_ON_CPU
+    on_device = inp.cum_scores.is_cuda or ENGINE_ON_CPU
     return HAS_TRITON and on_device and lm is None and bm is None and not inp.duration_transitions
 
 

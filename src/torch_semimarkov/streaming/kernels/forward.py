@@ -55,7 +55,7 @@ if HAS_TRITON:
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
                  trT, d0, u0, db_ptr, C, oj, oc, mc,
                  K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                 REBASE: tl.constexpr):
+                 REBASE: tl.constexpr, ms=None, HAS_MASK: tl.constexpr = False):
         """One position of the factored forward with the ring of K_PAD rows held in registers.
 
         Slot j of the (K_PAD, C_PAD) ring holds position s = j (mod K_PAD) as
@@ -66,6 +66,9 @@ if HAS_TRITON:
 
         Returns the new state and ``(u, F_s, packed)``: U_hat_{t-1} in frame ``F_s`` (the frame of
         alpha_hat_{t-1}) and, in the max semiring, the packed backpointer of position t.
+
+        HAS_MASK: ``ms`` (C_PAD,) int32 is the smallest allowed start of a segment ending at t, per
+        label (partial labels and constraints); earlier starts are impossible.
         """
         s = t - 1
         s32 = tl.cast(s, tl.int32)
@@ -75,6 +78,8 @@ if HAS_TRITON:
                        other=MASK).to(tl.float32)
         # k >= 2 part of alpha_t (ring rows of positions t-2 .. t-K), frame F_{t-1}
         xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
+        if HAS_MASK:
+            xk = tl.where((t - kj)[:, None] >= ms[None, :], xk, MASK)
         pm = tl.max(xk, 0)
         if IS_MAX:
             pk = tl.min(tl.where(xk == pm[None, :], kj[:, None], K_PAD + 1), 0)
@@ -95,6 +100,8 @@ if HAS_TRITON:
             u += ps_s
         v1 = u - (s_prev - s_ref)
         x1 = v1 + d0
+        if HAS_MASK:
+            x1 = tl.where(s >= ms, x1, MASK)
         packed = tl.zeros_like(oc)
         if IS_MAX:
             # ties go to the smallest duration: k = 1 wins a tie
@@ -153,7 +160,7 @@ if HAS_TRITON:
     def _run_chunk(a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
                    trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K,
                    C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                   HAS_PE: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr):
+                   HAS_PE: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b, HAS_MASK: tl.constexpr):
         """Run positions a+1 .. b from the given state (at position a), storing every position.
 
         COMPARE (fix-up): before overwriting row s, compare the new U_hat_s (and, in the max
@@ -182,6 +189,9 @@ if HAS_TRITON:
                 ps_s = tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            ms = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
             if COMPARE:
                 u_ref = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 a_ref = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
@@ -194,7 +204,7 @@ if HAS_TRITON:
             tl.store(f_b + s + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
             ring, rfr, bring, alpha, F, shift, s_ref, s_prev, u, F_s, packed = reg_step(
                 t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
-                trT, d0, u0, db_ptr, C, oj, oc, mc, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE)
+                trT, d0, u0, db_ptr, C, oj, oc, mc, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, ms, HAS_MASK)
             tl.store(w_b + s * C + oc, u, mask=mc)
             if IS_MAX:
                 tl.store(bp_b + t * C + oc, packed, mask=mc)
@@ -248,8 +258,13 @@ if HAS_TRITON:
         REBASE: tl.constexpr,
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
+        ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)
+        ms_b = ms_ptr
+        if HAS_MASK:
+            ms_b = ms_ptr + b_id * s_w_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -287,7 +302,8 @@ if HAS_TRITON:
             F = tl.sum(tl.zeros([1], tl.float64), 0)
             ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
                 a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
-                trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, False)
+                trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, False,
+                ms_b, HAS_MASK)
             e = row + j
             _save_state(e32 + e * E32, e64 + e * E64, eb + e * EB, live,
                         ring, alpha, rfr, F, bring, oj, oc, C_PAD, K_PAD, IS_MAX)
@@ -322,7 +338,7 @@ if HAS_TRITON:
                     ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
                         a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
                         trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE,
-                        REBASE, True)
+                        REBASE, True, ms_b, HAS_MASK)
                     if conv != 0:
                         _fix_prefix_frames(f_b, a, t_last, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)

@@ -138,9 +138,14 @@ def _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring
     return out, state, (bpk, bpc, last)
 
 
+def _check_masked(plan: KernelPlan, masks):
+    if masks is not None and not (plan.time_parallel and plan.kind == "reg"):
+        raise ValueError("segment masks run on the time-parallel register-ring engine only (see masked_plan)")
+
+
 def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="log", proj_start=None,
                    proj_end=None, *, plan: Optional[KernelPlan] = None, save_for_backward: bool = True,
-                   save: Optional[str] = None):
+                   save: Optional[str] = None, masks=None):
     """log Z (log semiring) or the best score (max semiring) of a batch, on the GPU.
 
     Args:
@@ -149,6 +154,8 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
         save_for_backward: keep what :func:`launch_backward` needs (log semiring).
         save: force ``"all"`` (every position) or ``"checkpoints"`` on the sequential engine
             (tests); the time-parallel engine always keeps every position.
+        masks: ``(min_start, max_end)`` (B, T+1, C) int32, the allowed segments of a constrained
+            call (``plan`` from :func:`~.plan.masked_plan`).
 
     Returns:
         ``(partition (B,) float64, state)``: the partition is ``-inf`` for a sequence with no
@@ -158,9 +165,10 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
     plan = plan or plan_for(cum_scores, transition, K, semiring)
+    _check_masked(plan, masks)
     if plan.time_parallel:
         saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
-                                              proj_start, proj_end, plan)
+                                              proj_start, proj_end, plan, masks=masks)
         rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
         last = saved[0][rows, lengths].double()
         reduce = last.max(-1).values if semiring == "max" else torch.logsumexp(last, -1)
@@ -175,7 +183,7 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
 
 
 def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan: KernelPlan,
-                    state: ForwardState):
+                    state: ForwardState, masks=None):
     """Marginals and per-sequence parameter gradients of log Z (unscaled by any upstream gradient),
     from the forward's ``state`` under the same ``plan``.
 
@@ -196,6 +204,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     dev = cum_scores.device
     dtype = cum_scores.dtype
     K, K_eff = int(K), plan.K
+    _check_masked(plan, masks)
     if plan.time_parallel:
         saved, frames = state
     else:
@@ -221,7 +230,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     inputs = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, C=C, K=K_eff,
                   s_cum_b=T1 * C)
     if plan.time_parallel:
-        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
+        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                                   masks=masks)
     else:
         x_hat = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         g = torch.empty((B, T1), device=dev, dtype=torch.float64)
@@ -250,8 +260,9 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
             **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
             out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None)
     else:
+        extra = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
         _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
-                                      out_ptr=anchors, K_BLOCK=plan.k_block)
+                                      out_ptr=anchors, K_BLOCK=plan.k_block, **extra)
     anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
     marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
@@ -259,7 +270,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     if not dur_tr:
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-        _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block)
+        _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
+                                          **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
         # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
         g_tr = wtr.sum(1).double()
         g_db = wdb.sum(1).double()
@@ -279,7 +291,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
 
 
 def launch_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None, *,
-                   plan: Optional[KernelPlan] = None):
+                   plan: Optional[KernelPlan] = None, masks=None):
     """Best segmentation of each sequence: max-semiring forward and an on-GPU traceback.
 
     Ties break toward the smallest index: the smallest source label in ``u_s``, the smallest
@@ -295,13 +307,14 @@ def launch_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
     plan = plan or plan_for(cum_scores, transition, K, "max")
+    _check_masked(plan, masks)
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
     rows = torch.arange(B, device=dev)
     if plan.time_parallel:
         saved, frames, bp, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "max", proj_start,
-                                               proj_end, plan)
+                                               proj_end, plan, masks=masks)
         out = frames[rows, lengths] + saved[0][rows, lengths].double().max(-1).values
         # an infeasible sequence has no segmentation to trace: length 0 writes labels -1, no starts
         traced = torch.where(feasible(out), lengths, torch.zeros_like(lengths))

@@ -40,10 +40,13 @@ if HAS_TRITON:
         C_PAD: tl.constexpr,
         K_BLOCK: tl.constexpr,
         IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """log Z from the stored rows at anchor p_j = min(j·A, L): every segmentation has one
         segment covering position q = min(p_j, L-1), so log Z = LSE over the segments (s, e, c)
-        with s <= q < e of U_s + D[e-s-1] + S_e - S_s + Y_e (plus frames). Program (b, j)."""
+        with s <= q < e of U_s + D[e-s-1] + S_e - S_s + Y_e (plus frames). Program (b, j).
+        HAS_MASK: only the allowed segments (e <= max_end[s, c])."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
         L = tl.load(len_ptr + b)
@@ -68,11 +71,16 @@ if HAS_TRITON:
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
             fs = tl.load(f_b + s)
             k_hi = tl.minimum(K, L - s)
+            me = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
             for kb in range(i + 1, k_hi + 1, K_BLOCK):
                 k = kb + ok
                 vk = k <= k_hi
                 m2 = vk[:, None] & mc[None, :]
                 e = s + k
+                if HAS_MASK:
+                    m2 = m2 & (e[:, None] <= me[None, :])
                 y = tl.load(x_b + e[:, None] * C + oc[None, :], mask=m2, other=MASK)
                 d = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
                 seg = (tl.load(cum_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
@@ -117,6 +125,8 @@ if HAS_TRITON:
         K_BLOCK: tl.constexpr,
         HAS_PE: tl.constexpr,
         IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence.
 
@@ -169,6 +179,9 @@ if HAS_TRITON:
             for s in range(s0, s1):
                 vk = vk0 & (k <= L - s)
                 m2 = vk[:, None] & mc[None, :]
+                if HAS_MASK:
+                    me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
+                    m2 = m2 & ((s + k)[:, None] <= me[None, :])
                 lzs = anchor_log_z(anc_b, s, L, A)
                 wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 fs = tl.load(f_b + s)

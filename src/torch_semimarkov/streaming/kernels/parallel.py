@@ -85,14 +85,15 @@ def _start_state(K, C, boundary, dev):
 
 
 def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                    plan: KernelPlan, tol: float = TOL):
+                    plan: KernelPlan, tol: float = TOL, masks=None):
     """Every position's forward state by the chunked fix-up: the register-ring kernel for a
     (C, C) transition, the direct recurrence (state: the last K alpha rows) for a (K, C, C) one.
 
     Returns ``(saved, frames, bp, stats)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
-    (max semiring, else None) and :class:`ChunkStats`.
+    (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end)``
+    (B, T+1, C) int32 of a constrained call ((C, C) transitions only; see ``segment_limits``).
     """
     from .forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
@@ -124,6 +125,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         i32, i64 = _start_state(K, C, K - 1, dev)
         redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
     else:
+        if masks is not None:
+            args.update(ms_ptr=masks[0], HAS_MASK=True)
         redone = _three_phases(_fwd_reg_chunks_kernel, B, n, dict(args, w_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
                                steps)
     frames = forward_offsets(frames, delta, W)
@@ -131,7 +134,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
 
 
 def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
-                 tol: float = TOL):
+                 tol: float = TOL, masks=None):
     """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
     chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
     recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
@@ -164,6 +167,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         i32, i64 = _start_state(K, C, 0, dev)
         redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
     else:
+        if masks is not None:
+            args.update(me_ptr=masks[1], HAS_MASK=True)
         redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)

@@ -225,3 +225,20 @@ def make_plan(
         K=K_eff,
         idx64=(T + 1) * max(C, K_eff) * 4 >= 2**31,
     )
+
+
+def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device=None) -> Optional[KernelPlan]:
+    """The plan of a constrained call (``label_mask`` / ``boundary_mask``): the time-parallel
+    register-ring engine, whose kernels read the per-(position, label) segment limits, with a
+    single chunk when the sequences are too short to cut. None where that engine cannot run (a
+    ring too large for registers); the caller then takes another path."""
+    import dataclasses
+
+    try:
+        p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
+    except ValueError:
+        return None
+    if p.time_parallel:
+        return p
+    warps = next((w for w in (4, 8, 16) if p.k_pad * p.c_pad <= REG_RING_ELEMENTS[w]), 16)
+    return dataclasses.replace(p, kind="reg", time_parallel=True, chunk=max(T, 1), n_chunks=1, num_warps=warps)

@@ -1,0 +1,181 @@
+"""Partial labels and constraints on the engine: the time-parallel register-ring kernels read the
+masks as per-(position, label) segment limits (``distribution.segment_limits``). Under the
+interpreter (CPU) or compiled (CUDA), with chunks short enough for fix-ups and repairs, against
+the enumeration restricted to the allowed segmentations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, cpu
+from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
+from torch_semimarkov.oracle import enumerate_segmentations, segmentation_allowed
+from torch_semimarkov.streaming import distribution
+from torch_semimarkov.streaming.kernels import plan as plan_mod
+
+F64 = torch.float64
+
+
+@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
+def engine(request, monkeypatch):
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", request.param)
+    calls = []
+    real = distribution._engine_masks
+
+    def recording(*a, **k):
+        out = real(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(distribution, "_engine_masks", recording)
+    return calls
+
+
+def _inputs(seed, B=3, T=7, K=3, C=3, proj=False, forbid=False):
+    g = torch.Generator().manual_seed(seed)
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    db = torch.randn(K, C, generator=g, dtype=F64)
+    if forbid:
+        tr[0, 1] = -math.inf
+        db[1, 0] = -math.inf
+    ps = torch.randn(B, T, C, generator=g, dtype=F64) if proj else None
+    pe = torch.randn(B, T, C, generator=g, dtype=F64) if proj else None
+    lengths = torch.tensor([T, max(1, T - 2), 2][:B])
+    ref = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps, proj_end=pe)
+    run = {k: (v.to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    return ref, run
+
+
+def _masks(seed, B, T, C):
+    """Random masks that a random segmentation satisfies, plus a forbidden start."""
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.rand(B, T, generator=g) < 0.4
+    starts[:, 0] = True
+    lab = torch.randint(0, C, (B, T), generator=g)
+    seg_id = starts.long().cumsum(1) - 1
+    lab = lab.gather(1, seg_id)
+    lm = torch.rand(B, T, C, generator=g) < 0.5
+    lm.scatter_(2, lab[..., None], True)
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[starts & (torch.rand(B, T, generator=g) < 0.4)] = 1
+    bm[~starts & (torch.rand(B, T, generator=g) < 0.3)] = -1
+    bm[:, 0] = 0
+    return lm, bm
+
+
+def _restricted(ref, lm, bm):
+    args = {k: ref[k] for k in ("cum_scores", "transition", "duration_bias", "lengths", "K", "proj_start", "proj_end")}
+    out = []
+    for b, (segs, scores) in enumerate(enumerate_segmentations(**args)):
+        keep = [i for i, s in enumerate(segs) if segmentation_allowed(s, lm[b], bm[b]) and scores[i].item() > -math.inf]
+        out.append(([segs[i] for i in keep], scores[keep]))
+    return out
+
+
+def _params(d):
+    return [d[k] for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if d[k] is not None]
+
+
+@pytest.mark.parametrize("proj,forbid", [(False, False), (True, False), (True, True)])
+def test_engine_masked_log_partition_and_gradients(engine, proj, forbid):
+    ref, run = _inputs(1, proj=proj, forbid=forbid)
+    B, T1, C = ref["cum_scores"].shape
+    lm, bm = _masks(2, B, T1 - 1, C)
+    for d in (ref,):
+        for t in _params(d):
+            t.requires_grad_()
+    log_z = semi_crf_streaming_forward(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+    assert engine and all(engine), "the masked call did not go to the engine"
+    want = torch.stack([torch.logsumexp(s, 0) if len(s) else torch.tensor(-math.inf, dtype=F64)
+                        for _, s in _restricted(ref, lm, bm)])
+    ok = torch.isfinite(want)
+    assert ok.any()
+    assert torch.equal(torch.isfinite(cpu(log_z)), ok)
+    torch.testing.assert_close(cpu(log_z).double()[ok], want[ok], atol=1e-4, rtol=1e-5)
+    got = torch.autograd.grad(log_z[ok.to(DEVICE)].sum(), _params(run))
+    exp = torch.autograd.grad(want[ok].sum(), _params(ref), allow_unused=True)
+    for a, b in zip(got, exp):
+        b = torch.zeros_like(a, dtype=F64, device="cpu") if b is None else b
+        torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
+
+
+def test_engine_masked_viterbi_and_marginals(engine):
+    ref, run = _inputs(5, proj=True)
+    B, T1, C = ref["cum_scores"].shape
+    T = T1 - 1
+    lm, bm = _masks(6, B, T, C)
+    with torch.no_grad():
+        v = semi_crf_streaming_viterbi(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+        m = semi_crf_streaming_marginals(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+    assert len(engine) >= 2 and all(engine)
+    for b, (segs, scores) in enumerate(_restricted(ref, lm, bm)):
+        if not segs:
+            assert cpu(v.scores)[b] == -math.inf and (cpu(v.labels)[b] == -1).all()
+            continue
+        scores = scores.detach()
+        i = int(scores.argmax())
+        assert abs(float(v.scores[b]) - float(scores[i])) < 1e-4
+        assert v.segments[b] == list(segs[i])
+        p = torch.softmax(scores, 0)
+        start = torch.zeros(T, C, dtype=F64)
+        end = torch.zeros(T, C, dtype=F64)
+        for pi, seg in zip(p, segs):
+            for s, e, c in seg:
+                start[s, c] += pi
+                end[e - 1, c] += pi
+        torch.testing.assert_close(cpu(m.start[b]).double(), start, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cpu(m.end[b]).double(), end, atol=1e-5, rtol=0)
+
+
+def test_engine_all_true_masks_equal_the_unmasked_engine(engine):
+    ref, run = _inputs(3, proj=True)
+    B, T1, C = ref["cum_scores"].shape
+    lm = torch.ones(B, T1 - 1, C, dtype=torch.bool, device=DEVICE)
+    bm = torch.zeros(B, T1 - 1, dtype=torch.long, device=DEVICE)
+    masked = semi_crf_streaming_forward(**run, label_mask=lm, boundary_mask=bm)
+    plain = semi_crf_streaming_forward(**run)
+    torch.testing.assert_close(masked, plain, atol=1e-5, rtol=1e-6)
+    for a, b in zip(torch.autograd.grad(masked.sum(), _params(run)), torch.autograd.grad(plain.sum(), _params(run))):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_engine_mask_that_allows_nothing(engine):
+    ref, run = _inputs(4)
+    B, T1, C = ref["cum_scores"].shape
+    lm = torch.ones(B, T1 - 1, C, dtype=torch.bool)
+    lm[0, 2] = False
+    log_z = semi_crf_streaming_forward(**run, label_mask=lm.to(DEVICE))
+    assert cpu(log_z)[0] == -math.inf and torch.isfinite(cpu(log_z)[1:]).all()
+    g = torch.autograd.grad(log_z[1:].sum() + 0 * log_z[0], run["cum_scores"])[0]
+    assert torch.isfinite(cpu(g)).all() and (cpu(g)[0] == 0).all()
+
+
+@pytest.mark.parametrize("K", [1, 4, 40])
+def test_segment_limits_describe_the_allowed_segments(K):
+    """Every segment of at most K positions is allowed by the limits iff the masks allow it; the
+    limits agree with the PyTorch path's smallest starts wherever those are within K."""
+    B, T, C = 3, 75, 3
+    lm, bm = _masks(8, B, T, C)
+    ms, me, forbidden = distribution.segment_limits(lm, bm.to(torch.int8), B, T, C, K, "cpu")
+    cum = torch.zeros(B, T + 1, C, dtype=F64)
+    inp = distribution._validated(cum, torch.zeros(C, C), torch.zeros(K, C), torch.tensor([T] * B), K, None, None,
+                                  lm, bm)
+    model = distribution._Model(inp[0], inp[1], inp[2])
+    ref = model.min_start[:, K + 1:K + 1 + T]
+    e = torch.arange(1, T + 1)[None, :, None]
+    near = ref > e - K
+    assert torch.equal(ms[:, 1:].long()[near], ref[near])
+    for b in range(B):
+        for s in range(T):
+            for e in range(s + 1, min(T, s + K) + 1):
+                for c in range(C):
+                    allowed = bool(lm[b, s:e, c].all()) and not bool((bm[b, s + 1:e] == 1).any())
+                    assert (e <= int(me[b, s, c])) == allowed
+                    assert (int(ms[b, e, c]) <= s) == allowed
+    assert torch.equal(forbidden, bm == -1)
