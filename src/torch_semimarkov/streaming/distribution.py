@@ -7,8 +7,11 @@ step builds the (B, K, C+1, C) block of the segments that end (or start) at one 
 and drops it. The recurrences keep one row of messages per position (O(T·C) memory, the size of
 the inputs; O(T·C·k) for a k-best list), never anything of size K·C² per position.
 
-This is the PyTorch path: it runs on any device, one position per step (a Python loop over T),
-in float64. It is exact, and the reference the kernels of later versions are tested against.
+The PyTorch path runs on any device, one position per step (a Python loop over T), in float64;
+it is exact and the reference the kernels are tested against. On CUDA tensors with a (C, C)
+transition two things run on the engine instead: sampling (its forward, then the chunked walk of
+``kernels/traceback.py``) and the masks of log Z, its gradients, Viterbi and marginals (the
+time-parallel kernels read them as per-(position, label) segment limits, :func:`segment_limits`).
 
 Conventions (identical to the engine and to :mod:`torch_semimarkov.oracle`): a segment
 ``[s, s+k)`` with label c after one with label c' scores
@@ -913,7 +916,9 @@ def semi_crf_streaming_sample(
     One forward pass keeps the messages alpha (B, T+1, C+1); each sample then walks back from its
     sequence's end, drawing the last segment's label from ``softmax(alpha_L)`` and each previous
     (duration, label) from ``softmax(alpha_{t-k}(c') + edge)``. The draws are exact (no
-    perturbation, no MCMC). All samples and sequences walk together (one step per segment).
+    perturbation, no MCMC). All samples and sequences walk together (one step per segment). On
+    CUDA tensors (a (C, C) transition, no masks) the engine's forward and a Triton walk, parallel
+    over samples, sequences and chunks of positions, do the same (two uniforms per position).
 
     Args:
         cum_scores ... K, proj_start, proj_end: as :func:`~torch_semimarkov.semi_crf_streaming_forward`.
