@@ -177,7 +177,7 @@ def test_public_sampling_on_the_engine_scores_its_samples(engine_sampling):
                      cpu(v.duration_bias).double(), lengths.repeat(S), rows.clamp(min=0), starts,
                      *(None if p is None else cpu(p).double().repeat(S, 1, 1) for p in (v.proj_start, v.proj_end)))
     assert_close(cpu(out.scores).double().reshape(-1), ref, atol=1e-4, rtol=1e-6)
-    log_z, _, _ = _state(v)[2], None, None
+    log_z = _state(v)[2]
     assert_close(cpu(out.log_prob).double(), cpu(out.scores).double() - log_z[None, :], atol=1e-4, rtol=1e-6)
     again = semi_crf_streaming_sample(**kw, num_samples=4, generator=torch.Generator(device=DEVICE).manual_seed(5))
     assert torch.equal(cpu(again.labels), cpu(out.labels))

@@ -150,15 +150,7 @@ class _Model:
         self.min_start = None
         if label_mask is not None or boundary_mask is not None:
             m = torch.zeros(B, P, C, dtype=torch.long, device=dev)
-            if label_mask is not None:
-                after = torch.arange(1, T + 1, device=dev)[None, :, None]
-                # for an end e: one past the last forbidden position before e
-                m[:, K + 1:K + 1 + T] = torch.cummax(torch.where(label_mask, 0, after), 1).values
-            if boundary_mask is not None:
-                here = torch.arange(T, device=dev)[None, :]
-                # for an end e: the last forced start at or before e-1 (no segment may straddle it)
-                forced = torch.cummax(torch.where(boundary_mask == 1, here, 0), 1).values
-                m[:, K + 1:K + 1 + T] = torch.maximum(m[:, K + 1:K + 1 + T], forced[..., None])
+            m[:, K + 1:K + 1 + T] = segment_limits(label_mask, boundary_mask, B, T, C, K, dev)[0][:, 1:]
             self.min_start = m
 
     # ---------------------------------------------------------------- segment scores
@@ -402,10 +394,7 @@ def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log"):
     tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch path).
     Forbidden starts enter as an impossible ``proj_start`` there."""
     from .constants import IMPOSSIBLE
-    from .kernels import HAS_TRITON
-    if not HAS_TRITON or inp.duration_transitions or (lm is None and bm is None):
-        return None
-    if not (inp.cum_scores.is_cuda or ENGINE_ON_CPU):
+    if (lm is None and bm is None) or not _engine_takes(inp):
         return None
     from .kernels.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device)
@@ -840,12 +829,17 @@ def _fill_past_length(labels, lengths):
 # ---------------------------------------------------------------------- sampling
 
 
+def _engine_takes(inp: StreamingInputs) -> bool:
+    """The engine's kernels can run this call: Triton, CUDA tensors (or :data:`ENGINE_ON_CPU`)
+    and a (C, C) transition."""
+    from .kernels import HAS_TRITON
+    return HAS_TRITON and (inp.cum_scores.is_cuda or ENGINE_ON_CPU) and not inp.duration_transitions
+
+
 def _engine_sampling(inp: StreamingInputs, lm, bm) -> bool:
     """Sampling runs on the engine (its forward, then the chunked walk of ``kernels/traceback.py``)
-    for CUDA tensors, a (C, C) transition and no masks; elsewhere on the PyTorch path."""
-    from .kernels import HAS_TRITON
-    on_device = inp.cum_scores.is_cuda or ENGINE_ON_CPU
-    return HAS_TRITON and on_device and lm is None and bm is None and not inp.duration_transitions
+    without masks; elsewhere on the PyTorch path."""
+    return lm is None and bm is None and _engine_takes(inp)
 
 
 def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offsets) -> torch.Tensor:
@@ -883,10 +877,11 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     ok = torch.isfinite(log_z)
     traced = torch.where(ok, inp.lengths, torch.zeros_like(inp.lengths))
     uniforms = torch.rand((S * B, T + 1, 2), generator=generator, device=dev, dtype=torch.float32)
-    chunk = parallel.sample_chunk_length(S * B, T, min(K, max(T, 1)), _sms(dev))
+    K_eff = min(K, max(T, 1))
+    chunk = parallel.sample_chunk_length(S * B, T, K_eff, _sms(dev))
     c = lambda x: x.contiguous()  # noqa: E731
     labels, starts, _ = parallel.sample_chunked(saved, frames, c(inp.cum_scores), c(inp.transition),
-                                                c(inp.duration_bias), c(traced), uniforms, min(K, max(T, 1)), chunk)
+                                                c(inp.duration_bias), c(traced), uniforms, K_eff, chunk)
     out = SegmentationSamples(labels.reshape(S, B, T), starts.reshape(S, B, T), inp.lengths, None, None)
     score = _segment_scores(inp, S * B, out.segment_starts, out.segment_ends, out.segment_labels,
                             out.segment_offsets).reshape(S, B)

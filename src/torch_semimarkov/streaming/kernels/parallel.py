@@ -202,9 +202,9 @@ def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
 
 def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths, uniforms, K: int,
                    chunk: int):
-    """Exact backward sampling of ``rows = uniforms.shape[0]`` walks (row r samples sequence
-    ``r % B``) from the forward's every-position state, by the chunked walk of ``traceback.py``
-    with drawn steps (``_draw``): a step is a function of its node and the uniforms of the node's
+    """Exact backward sampling of ``rows = uniforms.shape[0]`` walks, a multiple of B (row r
+    samples sequence ``r % B``), from the forward's every-position state, by the chunked walk of
+    ``traceback.py`` with drawn steps (``_draw``): a step is a function of its node and the uniforms of the node's
     position, so walks merge exactly as the traceback's do. ``lengths`` (B,) must be 0 for
     sequences with no segmentation; ``uniforms`` (rows, T+1, 2) float32 in [0, 1).
 
@@ -212,8 +212,7 @@ def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths
     """
     B, T1, C = cum_scores.shape
     rows = uniforms.shape[0]
-    reps = -(-rows // B)
-    row_len = lengths.repeat(reps)[:rows].contiguous()
+    row_len = lengths.repeat(rows // B).contiguous()
     n = max(1, -(-(T1 - 1) // chunk))
     # every chunk starts from "the sequence ends here" (label C), the truth for the last one
     guess = torch.full((rows, n), C, device=cum_scores.device, dtype=torch.int32)
