@@ -86,7 +86,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),
-        "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm), repeat_slow),
+        # masks on the engine for CUDA tensors (segment limits read by its kernels)
+        "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm),
+                           repeat if device.type == "cuda" else repeat_slow),
     }
     out = {}
     for name, (fn, n) in jobs.items():

@@ -129,6 +129,10 @@ def main():
                     continue
                 z, state = launch.launch_forward(*args_of(v), "log", ps, None, plan=plan, masks=masks)
                 launch.launch_backward(*args_of(v), ps, None, plan=plan, state=state, masks=masks)
+        # the limits kernel with one of the two masks
+        from torch_semimarkov.streaming.kernels.limits import engine_limits
+        for only in ((lm, None), (None, bm)):
+            engine_limits(*only, B, T, C, K, "cpu")
     dist_mod.ENGINE_ON_CPU = False
     # the sampling walk (the traceback kernel with drawn steps)
     from torch_semimarkov.streaming.kernels import parallel

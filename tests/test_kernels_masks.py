@@ -179,3 +179,103 @@ def test_segment_limits_describe_the_allowed_segments(K):
                     assert (e <= int(me[b, s, c])) == allowed
                     assert (int(ms[b, e, c]) <= s) == allowed
     assert torch.equal(forbidden, bm == -1)
+
+
+def _exact_limits(lm, bm, T):
+    """min_start / max_end (B, T+1, C) over the whole sequence (no window), by plain loops."""
+    B, _, C = lm.shape
+    ms = torch.zeros(B, T + 1, C, dtype=torch.long)
+    me = torch.full((B, T + 1, C), T, dtype=torch.long)
+    for b in range(B):
+        for c in range(C):
+            last = 0
+            for p in range(T):
+                if not lm[b, p, c]:
+                    last = max(last, p + 1)
+                if bm[b, p] == 1:
+                    last = max(last, p)
+                ms[b, p + 1, c] = last
+            first = T
+            for p in range(T - 1, -1, -1):
+                if not lm[b, p, c]:
+                    first = p
+                me[b, p, c] = first
+                if bm[b, p] == 1:
+                    first = min(first, p)
+    return ms, me
+
+
+@pytest.mark.parametrize("K", [1, 4, 40])
+def test_engine_limits_kernel(monkeypatch, K):
+    """The limits kernel (blocks of 16 positions here): every segment of at most K positions is
+    allowed by its limits iff the masks allow it; its limits are never tighter than the exact
+    ones; the flags mark every position where the exact limits move, and every forbidden start."""
+    from torch_semimarkov.streaming.kernels import limits
+    monkeypatch.setattr(limits, "LIMITS_BLOCK", 16)
+    B, T, C = 3, 75, 3
+    lm, bm = _masks(8, B, T, C)
+    ms, me, fl = (cpu(x).long() for x in limits.engine_limits(lm.to(DEVICE), bm.to(DEVICE, torch.int8), B, T, C, K,
+                                                              DEVICE))
+    ex_ms, ex_me = _exact_limits(lm, bm, T)
+    assert (ms <= ex_ms).all() and (me >= ex_me).all()
+    for b in range(B):
+        for s in range(T):
+            for e in range(s + 1, min(T, s + K) + 1):
+                for c in range(C):
+                    allowed = bool(lm[b, s:e, c].all()) and not bool((bm[b, s + 1:e] == 1).any())
+                    assert (e <= int(me[b, s, c])) == allowed
+                    assert (int(ms[b, e, c]) <= s) == allowed
+    moved_f = (ex_ms[:, 1:] != ex_ms[:, :-1]).any(-1)  # (B, T): index p = step p + 1
+    moved_b = (ex_me[:, :-1] != ex_me[:, 1:]).any(-1)  # (B, T): index s
+    assert ((fl[:, :T] & limits.FWD_MOVED) != 0)[moved_f].all()
+    assert ((fl[:, :T] & limits.BWD_MOVED) != 0)[moved_b].all()
+    assert torch.equal((fl[:, :T] & limits.NO_START) != 0, bm == -1)
+    assert (fl[:, T] == 0).all() and (ms[:, 0] == 0).all() and (me[:, T] == T).all()
+    # no mask given: nothing moves, nothing is forbidden
+    ms, me, fl = (cpu(x).long() for x in limits.engine_limits(None, None, B, T, C, K, DEVICE))
+    assert (fl == 0).all() and (ms == 0).all() and (me == T).all()
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chunk):
+    """T = 60 with sparse and dense constraints, many chunks: the ring entries each limit excludes
+    are dropped once (where the flags say so) and stay dropped across chunk boundaries; log Z,
+    its gradients and the constrained Viterbi score equal the float64 PyTorch path."""
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    B, T, K, C = 2, 60, 6, 3
+    g = torch.Generator().manual_seed(11)
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    db = torch.randn(K, C, generator=g, dtype=F64)
+    ps = torch.randn(B, T, C, generator=g, dtype=F64)
+    lengths = torch.tensor([T, T - 9])
+    lm = torch.ones(B, T, C, dtype=torch.bool)
+    lm[0, ::7] = torch.nn.functional.one_hot(torch.randint(0, C, (T,), generator=g)[::7], C).bool()
+    lm[1] = torch.rand(T, C, generator=g) < 0.8
+    lm[1, torch.arange(T), torch.randint(0, C, (T,), generator=g)] = True
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 5::13] = 1
+    bm[0, 3::11] = -1
+    bm[:, 0] = 0
+    args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps,
+                label_mask=lm, boundary_mask=bm)
+    want = distribution.constrained_log_partition(**{k: (v.requires_grad_() if k in ("cum_scores", "transition",
+                                                  "duration_bias", "proj_start") else v) for k, v in args.items()})
+    assert torch.isfinite(want).all()
+    exp = torch.autograd.grad(want.sum(), [cum, tr, db, ps])
+    best = semi_crf_streaming_viterbi(**args).scores
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    run = {k: (v.detach().to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor)
+               and v.is_floating_point() else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v))
+           for k, v in args.items()}
+    assert distribution._engine_masks(*distribution._validated(
+        run["cum_scores"], run["transition"], run["duration_bias"], run["lengths"], K, run["proj_start"], None,
+        run["label_mask"], run["boundary_mask"])) is not None
+    got = semi_crf_streaming_forward(**run)
+    torch.testing.assert_close(cpu(got).double(), want.detach(), atol=2e-4, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad(got.sum(), [run[k] for k in ("cum_scores", "transition", "duration_bias",
+                                                                     "proj_start")]), exp):
+        torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
+    with torch.no_grad():
+        v = semi_crf_streaming_viterbi(**run)
+    torch.testing.assert_close(cpu(v.scores).double(), best.double(), atol=2e-4, rtol=1e-5)

@@ -37,7 +37,7 @@ import torch
 
 from .constants import NEG_INF
 from .segments import Segment, segment_lists, segment_tensors
-from .validation import StreamingInputs, validate_streaming_inputs
+from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
 
 __all__ = [
     "SegmentationSamples",
@@ -77,11 +77,13 @@ def _forbid64(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t <= NEG_INF, torch.full_like(t, _NEG), t)
 
 
-def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device,
+                check_values: bool = True) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """Validate ``label_mask`` (B, T, C) bool and ``boundary_mask`` (B, T) in {-1, 0, 1}.
 
     Returns them on ``device`` (bool and int8), or None where not given. Raises ``ValueError`` (or
-    ``TypeError``) naming the argument.
+    ``TypeError``) naming the argument. ``check_values=False`` leaves the values of
+    ``boundary_mask`` to the caller (``check_input_values`` reads them with the other inputs').
     """
     if label_mask is not None:
         if not isinstance(label_mask, torch.Tensor):
@@ -100,7 +102,7 @@ def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device) -> Tu
                 f"1 (a segment starts here), got {boundary_mask.dtype}")
         if tuple(boundary_mask.shape) != (B, T):
             raise ValueError(f"boundary_mask must have shape (batch, T) = ({B}, {T}), got {tuple(boundary_mask.shape)}")
-        if boundary_mask.numel() and bool(((boundary_mask < -1) | (boundary_mask > 1)).any()):
+        if check_values and boundary_mask.numel() and bool(((boundary_mask < -1) | (boundary_mask > 1)).any()):
             raise ValueError("boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)")
         boundary_mask = boundary_mask.to(device=device, dtype=torch.int8)
     return label_mask, boundary_mask
@@ -325,8 +327,12 @@ class _Grads:
 def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
                boundary_mask, validate=True):
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
-                                    check_values=validate)
-    lm, bm = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device)
+                                    check_values=False)
+    lm, bm = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device,
+                         check_values=False)
+    if validate:
+        # one device-to-host transfer for the values of the inputs and of the boundary mask
+        check_input_values(cum_scores, transition, duration_bias, inp.lengths, proj_start, proj_end, bm)
     return inp, lm, bm
 
 
@@ -360,8 +366,9 @@ def _block_scan(x: torch.Tensor, K: int, fill: int, reverse: bool) -> torch.Tens
 
 
 def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, device):
-    """The masks as per-(position, label) limits of the allowed segments, the form the engine's
-    kernels read: a segment ``[s, e)`` of label c with ``e - s <= K`` is allowed iff
+    """The masks as per-(position, label) limits of the allowed segments (the PyTorch path's
+    form; the engine's kernels read the same limits from :func:`~.kernels.limits.engine_limits`,
+    one kernel with per-position flags): a segment ``[s, e)`` of label c with ``e - s <= K`` is allowed iff
     ``min_start[e, c] <= s`` (equivalently ``e <= max_end[s, c]``) and ``s`` is not a forbidden
     start. (The limits are exact within K positions of their index; farther values only ever
     concern segments longer than K.)
@@ -390,23 +397,19 @@ def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, de
 
 
 def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log"):
-    """``(plan, (min_start, max_end), proj_start)`` of a constrained call on the engine (CUDA
-    tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch path).
-    Forbidden starts enter as an impossible ``proj_start`` there."""
-    from .constants import IMPOSSIBLE
+    """``(plan, (min_start, max_end, flags), proj_start)`` of a constrained call on the engine
+    (CUDA tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch
+    path). The limits and flags come from one kernel (``kernels/limits.py``); forbidden starts
+    are one of the flags."""
     if (lm is None and bm is None) or not _engine_takes(inp):
         return None
+    from .kernels.limits import engine_limits
     from .kernels.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device)
     if plan is None:
         return None
-    ms, me, forbidden = segment_limits(lm, bm, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
-    ps = inp.proj_start
-    if forbidden is not None:
-        block = torch.where(forbidden, IMPOSSIBLE, 0.0).to(inp.cum_scores.dtype)[..., None]
-        ps = block.expand(-1, -1, inp.C) if ps is None else ps + block
-        ps = ps.contiguous()
-    return plan, (ms, me), ps
+    masks = engine_limits(lm, bm, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
+    return plan, masks, inp.proj_start
 
 
 class _EngineConstrainedLogZ(torch.autograd.Function):

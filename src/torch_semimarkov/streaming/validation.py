@@ -162,20 +162,32 @@ def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
     return torch.stack(scalars)
 
 
-def _check_values(floats, lengths: torch.Tensor, T: int) -> None:
-    """NaN/Inf, magnitude and the range of lengths, with ONE device-to-host transfer.
+def _check_values(floats, lengths: torch.Tensor, T: int, boundary_mask: Optional[torch.Tensor] = None) -> None:
+    """NaN/Inf, magnitude and the range of lengths (and of ``boundary_mask``'s values), with ONE
+    device-to-host transfer.
 
     ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
     minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
     """
+    bm = boundary_mask is not None and boundary_mask.numel() > 0
     if lengths.device.type == "cpu":
         # NumPy on the calling thread: torch would split each reduction over its intra-op
         # threads, which on a busy machine can cost milliseconds per call (np.min/max keep NaN)
         arrays = [t.detach().numpy() for _, t, _ in floats if t.numel()]
         arrays.append(lengths.detach().numpy())
+        if bm:
+            arrays.append(boundary_mask.cpu().numpy())
         values = [float(f(a)) for a in arrays for f in (np.min, np.max)]
     else:
-        values = value_stats(floats, lengths).tolist()
+        stats = value_stats(floats, lengths)
+        if bm:
+            stats = torch.cat([stats, torch.stack(torch.aminmax(boundary_mask.detach())).to(stats)])
+        values = stats.tolist()
+    if bm:
+        values, (lo, hi) = values[:-2], values[-2:]
+        if lo < -1 or hi > 1:
+            raise ValueError("boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts "
+                             "here)")
     check_value_stats(floats, values, T)
 
 
@@ -328,11 +340,13 @@ def float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
     return floats
 
 
-def check_input_values(cum_scores, transition, duration_bias, lengths, proj_start=None, proj_end=None) -> None:
+def check_input_values(cum_scores, transition, duration_bias, lengths, proj_start=None, proj_end=None,
+                       boundary_mask=None) -> None:
     """The value checks of :func:`validate_streaming_inputs` (NaN/Inf, magnitudes, the range of
-    ``lengths``) with one device-to-host transfer; a ``ValueError`` naming the argument."""
+    ``lengths``, and of ``boundary_mask`` if given) with one device-to-host transfer; a
+    ``ValueError`` naming the argument."""
     _check_values(float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
-                  cum_scores.shape[1] - 1)
+                  cum_scores.shape[1] - 1, boundary_mask)
 
 
 def refuse_jit_trace() -> None:

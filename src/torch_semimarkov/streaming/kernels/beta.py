@@ -29,7 +29,7 @@ if HAS_TRITON:
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
                   tr, d0, db_ptr, C, oj, oc, mc,
                   K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr, REBASE: tl.constexpr,
-                  me=None, HAS_MASK: tl.constexpr = False):
+                  me=None, fl=0, HAS_MASK: tl.constexpr = False):
         """One position of the beta recurrence with its ring of Y rows in registers.
 
         Slot j holds position p = j (mod K_PAD) as ``Y_p + (S_p - S_ref)`` in frame ``rfr``; at step
@@ -38,8 +38,11 @@ if HAS_TRITON:
         beta_hat_{s+1}. Returns the new state and ``(y, G_t, lse)``: Y_hat_{s+1} in frame ``G_t``
         and ``lse_s = LSE_k D[k-1] + Y_{s+k} + S_{s+k} - S_s`` in that frame.
 
-        HAS_MASK: ``me`` (C_PAD,) int32 is the largest allowed end of a segment starting at s, per
-        label (partial labels and constraints); later ends are impossible.
+        HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``me`` (C_PAD,)
+        int32 the largest allowed end of a segment starting at s, per label (read only where
+        ``fl`` says it moved, else larger than any position). The limit only shrinks as s goes
+        down, so the ring entries it excludes are dropped once, when it moves; a forbidden start
+        s makes lse_s impossible (as an impossible ``proj_start`` would).
         """
         t = s + 1
         t32 = tl.cast(t, tl.int32)
@@ -47,25 +50,28 @@ if HAS_TRITON:
         vj = (kj >= 2) & (kj <= tl.minimum(L - s, k_max))
         drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
                        other=MASK).to(tl.float32)
+        if HAS_MASK:
+            if (fl & 2) != 0:
+                ring = tl.where((s + kj)[:, None] <= me[None, :], ring, MASK)
         # k >= 2 part of lse_s (ring rows of positions s+2 .. s+K), frame G_{s+1}
         xk = ring + drot + (rfr - G).to(tl.float32)[:, None]
-        if HAS_MASK:
-            xk = tl.where((s + kj)[:, None] <= me[None, :], xk, MASK)
         pm = tl.max(xk, 0)
         psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
         plse = tl.where(psum > 0, pm + log_(tl.where(psum > 0, psum, 1.0)), MASK)
         # Y_t = pe_{t-1} + beta_t, frame G_t (critical path: beta -> Y_t -> lse_s -> beta_s)
         y = tl.where(mc, beta + pe_s, MASK)
         yr = y + (s_next - s_ref)
-        x1 = yr + d0
         if HAS_MASK:
-            x1 = tl.where(t <= me, x1, MASK)
+            yr = tl.where(t <= me, yr, MASK)
+        x1 = yr + d0
         hi = tl.maximum(plse, x1)
         # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
         lse = hi + log_(1.0 + tl.exp(tl.minimum(plse, x1) - hi)) - (s_s - s_ref)
         v = lse
         if HAS_PS:
             v += ps_s
+        if HAS_MASK:
+            v += tl.where((fl & 4) != 0, MASK, 0.0)
         v = tl.where(mc, v, MASK)
         yb = tr + v[None, :]
         my = tl.max(yb, 1)
@@ -108,7 +114,7 @@ if HAS_TRITON:
     def _run_chunk(a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
                    tr, d0, db_ptr, C, oj, oc, mc, TOL, K,
                    C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                   REBASE: tl.constexpr, COMPARE: tl.constexpr, me_b, HAS_MASK: tl.constexpr):
+                   REBASE: tl.constexpr, COMPARE: tl.constexpr, me_b, fl_b, HAS_MASK: tl.constexpr):
         """Run s = b-1 down to a from the state at b, storing Y rows b .. a+1 (see the forward's
         ``_run_chunk``). Returns ``(state..., converged, delta, steps, t_low)``: this run wrote
         rows t_low .. b."""
@@ -130,16 +136,18 @@ if HAS_TRITON:
                 ps_s = tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            me = tl.zeros([C_PAD], dtype=tl.int32)
+            me = tl.full([C_PAD], 2147483647, tl.int32)
+            fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
-                me = tl.load(me_b + s * C + oc, mask=mc, other=0)
+                fl = tl.load(fl_b + s).to(tl.int32)
+                me = tl.load(me_b + s * C + oc, mask=mc & (((oc * 0 + fl) & 2) != 0), other=2147483647)
             if COMPARE:
                 y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
                 g_ref = tl.sum(tl.load(g_b + t + oj * 0, mask=oj == 0, other=0.0), 0)
                 tl.debug_barrier()
             ring, rfr, beta, G, shift, s_ref, s_next, y, G_t, lse = beta_step(
                 s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
-                tr, d0, db_ptr, C, oj, oc, mc, K_PAD, HAS_PS, HAS_PE, REBASE, me, HAS_MASK)
+                tr, d0, db_ptr, C, oj, oc, mc, K_PAD, HAS_PS, HAS_PE, REBASE, me, fl, HAS_MASK)
             tl.store(x_b + t * C + oc, y, mask=mc)
             tl.store(g_b + t + oj * 0, tl.zeros([K_PAD], tl.float64) + G_t, mask=oj == 0)
             if COMPARE:
@@ -187,12 +195,15 @@ if HAS_TRITON:
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (kernels/limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)
         me_b = me_ptr
+        fl_b = fl_ptr
         if HAS_MASK:
             me_b = me_ptr + b_id * s_x_b
+            fl_b = fl_ptr + b_id * s_g_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -227,7 +238,7 @@ if HAS_TRITON:
             ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
                 a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
                 tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, False, me_b,
-                HAS_MASK)
+                fl_b, HAS_MASK)
             e = row + j
             _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc, C_PAD, K_PAD)
         else:
@@ -254,7 +265,7 @@ if HAS_TRITON:
                     ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
                         a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
                         tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, True,
-                        me_b, HAS_MASK)
+                        me_b, fl_b, HAS_MASK)
                     if conv != 0:
                         _fix_suffix_frames(g_b, t_low, b, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)

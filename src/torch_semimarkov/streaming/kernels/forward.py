@@ -55,7 +55,7 @@ if HAS_TRITON:
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
                  trT, d0, u0, db_ptr, C, oj, oc, mc,
                  K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                 REBASE: tl.constexpr, ms=None, HAS_MASK: tl.constexpr = False):
+                 REBASE: tl.constexpr, ms=None, fl=0, HAS_MASK: tl.constexpr = False):
         """One position of the factored forward with the ring of K_PAD rows held in registers.
 
         Slot j of the (K_PAD, C_PAD) ring holds position s = j (mod K_PAD) as
@@ -67,8 +67,11 @@ if HAS_TRITON:
         Returns the new state and ``(u, F_s, packed)``: U_hat_{t-1} in frame ``F_s`` (the frame of
         alpha_hat_{t-1}) and, in the max semiring, the packed backpointer of position t.
 
-        HAS_MASK: ``ms`` (C_PAD,) int32 is the smallest allowed start of a segment ending at t, per
-        label (partial labels and constraints); earlier starts are impossible.
+        HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``ms`` (C_PAD,)
+        int32 the smallest allowed start of a segment ending at t, per label (read only where
+        ``fl`` says it moved, else 0). The limit only grows with t, so the ring entries it
+        excludes are dropped once, when it moves; a forbidden start s makes U_s impossible (as
+        an impossible ``proj_start`` would).
         """
         s = t - 1
         s32 = tl.cast(s, tl.int32)
@@ -76,10 +79,11 @@ if HAS_TRITON:
         vj = (kj >= 2) & (kj <= tl.minimum(k_max, t))
         drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
                        other=MASK).to(tl.float32)
+        if HAS_MASK:
+            if (fl & 1) != 0:
+                ring = tl.where((t - kj)[:, None] >= ms[None, :], ring, MASK)
         # k >= 2 part of alpha_t (ring rows of positions t-2 .. t-K), frame F_{t-1}
         xk = ring + drot + (rfr - F).to(tl.float32)[:, None]
-        if HAS_MASK:
-            xk = tl.where((t - kj)[:, None] >= ms[None, :], xk, MASK)
         pm = tl.max(xk, 0)
         if IS_MAX:
             pk = tl.min(tl.where(xk == pm[None, :], kj[:, None], K_PAD + 1), 0)
@@ -98,10 +102,12 @@ if HAS_TRITON:
             u = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
         if HAS_PS:
             u += ps_s
-        v1 = u - (s_prev - s_ref)
-        x1 = v1 + d0
         if HAS_MASK:
-            x1 = tl.where(s >= ms, x1, MASK)
+            u += tl.where((fl & 4) != 0, MASK, 0.0)
+        v1 = u - (s_prev - s_ref)
+        if HAS_MASK:
+            v1 = tl.where(s >= ms, v1, MASK)
+        x1 = v1 + d0
         packed = tl.zeros_like(oc)
         if IS_MAX:
             # ties go to the smallest duration: k = 1 wins a tie
@@ -160,7 +166,7 @@ if HAS_TRITON:
     def _run_chunk(a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
                    trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K,
                    C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                   HAS_PE: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b, HAS_MASK: tl.constexpr):
+                   HAS_PE: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b, fl_b, HAS_MASK: tl.constexpr):
         """Run positions a+1 .. b from the given state (at position a), storing every position.
 
         COMPARE (fix-up): before overwriting row s, compare the new U_hat_s (and, in the max
@@ -190,8 +196,10 @@ if HAS_TRITON:
             if HAS_PE:
                 pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             ms = tl.zeros([C_PAD], dtype=tl.int32)
+            fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
-                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
+                fl = tl.load(fl_b + s).to(tl.int32)
+                ms = tl.load(ms_b + t * C + oc, mask=mc & (((oc * 0 + fl) & 1) != 0), other=0)
             if COMPARE:
                 u_ref = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 a_ref = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
@@ -204,7 +212,7 @@ if HAS_TRITON:
             tl.store(f_b + s + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
             ring, rfr, bring, alpha, F, shift, s_ref, s_prev, u, F_s, packed = reg_step(
                 t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
-                trT, d0, u0, db_ptr, C, oj, oc, mc, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, ms, HAS_MASK)
+                trT, d0, u0, db_ptr, C, oj, oc, mc, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, ms, fl, HAS_MASK)
             tl.store(w_b + s * C + oc, u, mask=mc)
             if IS_MAX:
                 tl.store(bp_b + t * C + oc, packed, mask=mc)
@@ -259,12 +267,15 @@ if HAS_TRITON:
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
         ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (kernels/limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)
         ms_b = ms_ptr
+        fl_b = fl_ptr
         if HAS_MASK:
             ms_b = ms_ptr + b_id * s_w_b
+            fl_b = fl_ptr + b_id * s_f_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -303,7 +314,7 @@ if HAS_TRITON:
             ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
                 a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
                 trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, False,
-                ms_b, HAS_MASK)
+                ms_b, fl_b, HAS_MASK)
             e = row + j
             _save_state(e32 + e * E32, e64 + e * E64, eb + e * EB, live,
                         ring, alpha, rfr, F, bring, oj, oc, C_PAD, K_PAD, IS_MAX)
@@ -338,7 +349,7 @@ if HAS_TRITON:
                     ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
                         a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
                         trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE,
-                        REBASE, True, ms_b, HAS_MASK)
+                        REBASE, True, ms_b, fl_b, HAS_MASK)
                     if conv != 0:
                         _fix_prefix_frames(f_b, a, t_last, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)

@@ -154,8 +154,8 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
         save_for_backward: keep what :func:`launch_backward` needs (log semiring).
         save: force ``"all"`` (every position) or ``"checkpoints"`` on the sequential engine
             (tests); the time-parallel engine always keeps every position.
-        masks: ``(min_start, max_end)`` (B, T+1, C) int32, the allowed segments of a constrained
-            call (``plan`` from :func:`~.plan.masked_plan`).
+        masks: ``(min_start, max_end, flags)`` of a constrained call, from
+            :func:`~.limits.engine_limits` (``plan`` from :func:`~.plan.masked_plan`).
 
     Returns:
         ``(partition (B,) float64, state)``: the partition is ``-inf`` for a sequence with no

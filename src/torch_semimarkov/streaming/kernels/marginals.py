@@ -179,9 +179,11 @@ if HAS_TRITON:
             for s in range(s0, s1):
                 vk = vk0 & (k <= L - s)
                 m2 = vk[:, None] & mc[None, :]
+                # the loads keep the unmasked pattern; the limit only zeroes the disallowed terms
+                ok2 = m2
                 if HAS_MASK:
                     me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
-                    m2 = m2 & ((s + k)[:, None] <= me[None, :])
+                    ok2 = m2 & (k[:, None] <= (me - s)[None, :])
                 lzs = anchor_log_z(anc_b, s, L, A)
                 wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 fs = tl.load(f_b + s)
@@ -190,7 +192,7 @@ if HAS_TRITON:
                 s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
                 seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
                 z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
-                p = tl.where(m2, tl.exp(z), 0.0)
+                p = tl.where(ok2, tl.exp(z), 0.0)
                 acc += p
                 # this program alone owns row s; the same threads load and store it
                 pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)

@@ -92,8 +92,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     Returns ``(saved, frames, bp, stats)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
-    (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end)``
-    (B, T+1, C) int32 of a constrained call ((C, C) transitions only; see ``segment_limits``).
+    (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
+    of a constrained call ((C, C) transitions only; see ``kernels/limits.py``).
     """
     from .forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
@@ -126,7 +126,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
     else:
         if masks is not None:
-            args.update(ms_ptr=masks[0], HAS_MASK=True)
+            args.update(ms_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
         redone = _three_phases(_fwd_reg_chunks_kernel, B, n, dict(args, w_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
                                steps)
     frames = forward_offsets(frames, delta, W)
@@ -168,7 +168,7 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
     else:
         if masks is not None:
-            args.update(me_ptr=masks[1], HAS_MASK=True)
+            args.update(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
         redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
