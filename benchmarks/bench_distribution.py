@@ -7,6 +7,7 @@ For each size (B, T, K, C) it times, on one device and with the same random mode
 * ``topk5``: ``semi_crf_streaming_topk(k=5)``;
 * ``sample16``: ``semi_crf_streaming_sample(num_samples=16)``;
 * ``entropy_grad``: ``semi_crf_streaming_entropy`` and its gradient;
+* ``entropy``: its value alone (under ``torch.no_grad()``: the engine on CUDA);
 * ``masked_fwd_bwd``: log Z of a partially labelled batch (``label_mask`` + ``boundary_mask``) and
   its gradients.
 
@@ -75,6 +76,10 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
         semi_crf_streaming_entropy(c, t, d, lengths, K).sum().backward()
 
+    def entropy():
+        with torch.no_grad():
+            semi_crf_streaming_entropy(cum, tr, db, lengths, K)
+
     def sample():
         semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16,
                                   generator=torch.Generator(device=device).manual_seed(0))
@@ -86,6 +91,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),
+        "entropy": (entropy, repeat if device.type == "cuda" else repeat_slow),
         # masks on the engine for CUDA tensors (segment limits read by its kernels)
         "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm),
                            repeat if device.type == "cuda" else repeat_slow),
@@ -97,7 +103,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         fn()  # warm-up (compiles kernels on first use)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
-    for name, base in (("topk5", "viterbi"), ("sample16", "fwd_bwd"), ("entropy_grad", "fwd_bwd"),
+    for name, base in (("topk5", "viterbi"), ("sample16", "fwd_bwd"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
                        ("masked_fwd_bwd", "fwd_bwd")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]

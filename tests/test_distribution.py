@@ -99,6 +99,21 @@ def test_masked_log_partition_and_gradients_equal_the_restricted_enumeration(cas
         torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b, atol=1e-10, rtol=0)
 
 
+def test_masked_best_score_and_its_gradient_equal_the_restricted_enumeration():
+    kw, params = _inputs(5, proj=True)
+    B, T1, C = kw["cum_scores"].shape
+    lm, bm = _masks(6, B, T1 - 1, C)
+    best = semi_crf_streaming_forward(**kw, semiring="max", label_mask=lm, boundary_mask=bm)
+    ref = torch.stack([s.max() if s.numel() else torch.tensor(-math.inf, dtype=F64) for _, s in _enumerate(kw, lm, bm)])
+    ok = torch.isfinite(ref)
+    assert ok.any() and torch.equal(torch.isfinite(best), ok)
+    torch.testing.assert_close(best[ok], ref[ok], atol=1e-10, rtol=0)
+    got = torch.autograd.grad(best[ok].sum(), params)
+    want = torch.autograd.grad(ref[ok].sum(), params, allow_unused=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b, atol=1e-10, rtol=0)
+
+
 def test_no_mask_equals_the_engine_and_all_true_masks_change_nothing():
     kw, params = _inputs(3, proj=True)
     B, T1, C = kw["cum_scores"].shape

@@ -279,3 +279,24 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     with torch.no_grad():
         v = semi_crf_streaming_viterbi(**run)
     torch.testing.assert_close(cpu(v.scores).double(), best.double(), atol=2e-4, rtol=1e-5)
+
+
+def test_engine_masked_best_score_and_its_gradient(engine):
+    """semiring="max" with masks: the best allowed score (the engine's masked Viterbi) and its
+    gradient, the indicator of the best allowed segmentation's terms."""
+    ref, run = _inputs(12, proj=True)
+    B, T1, C = ref["cum_scores"].shape
+    lm, bm = _masks(13, B, T1 - 1, C)
+    for t in _params(ref):
+        t.requires_grad_()
+    best = semi_crf_streaming_forward(**run, semiring="max", label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+    assert engine and all(engine)
+    want = torch.stack([s.max() if len(s) else torch.tensor(-math.inf, dtype=F64) for _, s in _restricted(ref, lm, bm)])
+    ok = torch.isfinite(want)
+    assert ok.any() and torch.equal(torch.isfinite(cpu(best)), ok)
+    torch.testing.assert_close(cpu(best).double()[ok], want[ok].detach(), atol=1e-4, rtol=1e-5)
+    got = torch.autograd.grad(best[ok.to(DEVICE)].sum(), _params(run))
+    exp = torch.autograd.grad(want[ok].sum(), _params(ref), allow_unused=True)
+    for a, b in zip(got, exp):
+        b = torch.zeros_like(a, dtype=F64, device="cpu") if b is None else b
+        torch.testing.assert_close(cpu(a).double(), b, atol=1e-5, rtol=0)

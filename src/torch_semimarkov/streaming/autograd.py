@@ -325,26 +325,29 @@ def semi_crf_streaming_forward(
 
 def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, label_mask,
                   boundary_mask, validate):
-    """log Z or the best score of the segmentations the masks allow (the PyTorch path)."""
+    """log Z or the best score of the segmentations the masks allow (the engine where it takes the
+    masks, else the PyTorch path)."""
     from . import distribution
     if semiring not in ("log", "max"):
         raise ValueError(f"semiring must be one of ('log', 'max'), got {semiring!r}")
     if semiring == "log":
         return distribution.constrained_log_partition(cum_scores, transition, duration_bias, lengths, K, proj_start,
                                                       proj_end, label_mask, boundary_mask, validate)
-    best = distribution.semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, 1, proj_start,
-                                                proj_end, label_mask, boundary_mask, validate)
+    # the best allowed segmentation (the engine's masked Viterbi where it runs, else k-best with k = 1)
+    best = semi_crf_streaming_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                      validate=validate, label_mask=label_mask, boundary_mask=boundary_mask)
     # the best score, differentiable: the score of the best segmentation (its indicator is the gradient)
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end,
                                     check_values=False)
     from ..gold import gold_score
-    starts = torch.zeros_like(best.labels[:, 0], dtype=torch.bool)
-    rows = torch.repeat_interleave(torch.arange(inp.batch, device=starts.device), best.num_segments.reshape(-1))
+    starts = torch.zeros_like(best.labels, dtype=torch.bool)
+    rows = torch.repeat_interleave(torch.arange(inp.batch, device=starts.device), best.segment_offsets.diff())
     starts[rows, best.segment_starts] = True
-    labels = best.labels[:, 0].clamp(min=0)
+    labels = best.labels.clamp(min=0)
     score = gold_score(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, labels, starts,
                        inp.proj_start, inp.proj_end)
-    return torch.where(torch.isfinite(best.scores[:, 0]), score, best.scores[:, 0]).to(inp.cum_scores.dtype)
+    scores = best.scores.to(score.dtype)
+    return torch.where(torch.isfinite(scores), score, scores).to(inp.cum_scores.dtype)
 
 
 def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions, dtype=None):

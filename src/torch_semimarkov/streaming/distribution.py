@@ -9,9 +9,11 @@ the inputs; O(T·C·k) for a k-best list), never anything of size K·C² per pos
 
 The PyTorch path runs on any device, one position per step (a Python loop over T), in float64;
 it is exact and the reference the kernels are tested against. On CUDA tensors with a (C, C)
-transition two things run on the engine instead: sampling (its forward, then the chunked walk of
-``kernels/traceback.py``) and the masks of log Z, its gradients, Viterbi and marginals (the
-time-parallel kernels read them as per-(position, label) segment limits, :func:`segment_limits`).
+transition three things run on the engine instead: sampling (its forward, then the chunked walk
+of ``kernels/traceback.py``), the masks of log Z, its gradients, Viterbi and marginals (the
+time-parallel kernels read them as per-(position, label) segment limits and per-position flags,
+``kernels/limits.py``), and the entropy's value when no gradient is asked for (one forward +
+backward, ``E[score]`` from the marginals).
 
 Conventions (identical to the engine and to :mod:`torch_semimarkov.oracle`): a segment
 ``[s, s+k)`` with label c after one with label c' scores
@@ -666,6 +668,54 @@ class _Entropy(torch.autograd.Function):
         return _edge_gradients(model, A, Bt, log_z, grad, (Ea, Eb, expected)).result(inp) + (None, None, None)
 
 
+def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
+    """(B,) float64 entropy from ONE forward + backward of the engine, or None where the engine
+    cannot take the call (then the float64 path of :class:`_Entropy`).
+
+    ``H = log Z - E[score]`` and the score is linear in the parameters, except for the first
+    segment's ``logsumexp_{c'} Tr[c', c]``, so ``E[score]`` comes from the engine's marginals:
+    per-position label marginals times per-position scores (``S_{p+1} - S_p``, never the
+    cumulative values, which would cost float64 digits at long T), expected transition and
+    duration counts times their scores, and the projections. The value only: its gradient needs
+    the expectation semiring, which the engine's kernels do not run."""
+    from .kernels import launch
+    if not _engine_takes(inp):
+        return None
+    masks = None
+    ps, pe = inp.proj_start, inp.proj_end
+    if lm is not None or bm is not None:
+        engine = _engine_masks(inp, lm, bm)
+        if engine is None:
+            return None
+        plan, masks, ps = engine
+    else:
+        plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K)
+    d = lambda t: None if t is None else t.detach()  # noqa: E731
+    args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
+    with torch.no_grad():
+        log_z, state = launch.launch_forward(*args, "log", d(ps), d(pe), plan=plan, masks=masks)
+        p_start, p_end, g_tr, g_db = (x.double() for x in launch.launch_backward(
+            *args, d(ps), d(pe), plan=plan, state=state, masks=masks))
+        cum = inp.cum_scores.detach().double()
+        x = cum[:, 1:] - cum[:, :-1]
+        # P(position p has label c) = P(a c-segment starts at or before p) - P(one ends before p)
+        label = torch.cumsum(p_start - torch.nn.functional.pad(p_end, (0, 0, 1, 0))[:, :-1], 1)
+        expected = (label * x).sum((1, 2))
+        tr = _forbid64(inp.transition)
+        expected = expected + _weighted(g_tr, tr[None]).sum((1, 2))
+        expected = expected + _weighted(g_db, _forbid64(inp.duration_bias)[None]).sum((1, 2))
+        # the marginals count the first segment's phantom predecessor by softmax_{c'} Tr[c', c];
+        # its score is logsumexp_{c'} Tr[c', c]: add the difference (the phantom's entropy)
+        soft = torch.softmax(tr, 0)
+        phantom = torch.logsumexp(tr, 0) - _weighted(soft, tr).sum(0)
+        expected = expected + (p_start[:, 0] * torch.where(torch.isfinite(phantom), phantom, 0.0)).sum(1)
+        for p, m in ((ps, p_start), (pe, p_end)):
+            if p is not None:
+                expected = expected + _weighted(m, _forbid64(p)).sum((1, 2))
+        ok = torch.isfinite(log_z)
+        return torch.where(ok, log_z.double() - expected, torch.zeros_like(expected))
+
+
 def semi_crf_streaming_entropy(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -686,6 +736,12 @@ def semi_crf_streaming_entropy(
     pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
+    Two paths: when no input requires a gradient (or under ``torch.no_grad()``: uncertainty for
+    active learning, monitoring), CUDA tensors with a (C, C) transition take the engine: one
+    forward + backward of its float32 kernels, ``E[score]`` from its marginals (so about the
+    accuracy of the engine's log Z). With a gradient, or elsewhere, the float64
+    expectation-semiring recurrences (dense kernels on CUDA, PyTorch on the CPU).
+
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
 
     Returns:
@@ -702,6 +758,11 @@ def semi_crf_streaming_entropy(
     """
     inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
                              boundary_mask, validate)
+    tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+        H = _entropy_on_engine(inp, lm, bm)
+        if H is not None:
+            return H.to(inp.cum_scores.dtype)
     return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
 
 

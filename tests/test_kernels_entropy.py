@@ -1,0 +1,99 @@
+"""The entropy's value on the engine (no gradient asked): one forward + backward of the
+time-parallel kernels and E[score] from their marginals, under the interpreter (CPU) or compiled
+(CUDA), with chunks short enough for fix-ups, against the enumeration and the float64 path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, cpu
+from test_kernels_masks import _inputs, _masks, _restricted
+from torch_semimarkov import semi_crf_streaming_entropy
+from torch_semimarkov.streaming import distribution
+from torch_semimarkov.streaming.kernels import plan as plan_mod
+
+F64 = torch.float64
+
+
+@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
+def engine(request, monkeypatch):
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", request.param)
+    calls = []
+    real = distribution._entropy_on_engine
+
+    def recording(*a, **k):
+        out = real(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(distribution, "_entropy_on_engine", recording)
+    return calls
+
+
+def _entropy(scores):
+    if scores.numel() == 0:
+        return torch.tensor(0.0, dtype=F64)
+    logp = torch.log_softmax(scores.detach(), 0)
+    return -(logp.exp() * logp).sum()
+
+
+@pytest.mark.parametrize("proj,forbid,masked", [(False, False, False), (True, True, False), (True, False, True),
+                                                (False, True, True)])
+def test_engine_entropy_equals_the_enumeration(engine, proj, forbid, masked):
+    ref, run = _inputs(21, proj=proj, forbid=forbid)
+    B, T1, C = ref["cum_scores"].shape
+    lm, bm = _masks(22, B, T1 - 1, C) if masked else (torch.ones(B, T1 - 1, C, dtype=torch.bool),
+                                                       torch.zeros(B, T1 - 1, dtype=torch.long))
+    masks = dict(label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE)) if masked else {}
+    with torch.no_grad():
+        H = semi_crf_streaming_entropy(**run, **masks)
+    assert engine == [True], "the entropy did not run on the engine"
+    want = torch.stack([_entropy(s) for _, s in _restricted(ref, lm, bm)])
+    torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
+
+
+def test_engine_entropy_only_without_gradients(engine):
+    """With an input that requires a gradient the call takes the differentiable float64 path."""
+    ref, run = _inputs(23)
+    H = semi_crf_streaming_entropy(**run)
+    assert engine == [] and H.requires_grad
+    with torch.no_grad():
+        H2 = semi_crf_streaming_entropy(**run)
+    assert engine == [True]
+    torch.testing.assert_close(H2, H.detach(), atol=2e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_engine_entropy_on_long_sequences_matches_the_float64_path(monkeypatch, chunk):
+    """T = 80, ragged, projections, a forbidden transition and partial labels: the engine's value
+    equals the float64 expectation-semiring path to float32 accuracy."""
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    B, T, K, C = 2, 80, 6, 3
+    g = torch.Generator().manual_seed(24)
+    # per-position scores with a drift, so the cumulative values grow large
+    cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) - 3.0).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    tr[1, 2] = -math.inf
+    db = torch.randn(K, C, generator=g, dtype=F64)
+    ps = torch.randn(B, T, C, generator=g, dtype=F64)
+    pe = torch.randn(B, T, C, generator=g, dtype=F64)
+    lengths = torch.tensor([T, T - 13])
+    lm = torch.rand(B, T, C, generator=g) < 0.85
+    lm[:, torch.arange(T), torch.randint(0, C, (T,), generator=g)] = True
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 9::17] = 1
+    args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps, proj_end=pe)
+    for masks in ({}, dict(label_mask=lm, boundary_mask=bm)):
+        want = semi_crf_streaming_entropy(**args, **masks)  # CPU tensors: the float64 path
+        monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+        run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                   else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in args.items()}
+        run_masks = {"label_mask": None, "boundary_mask": None} | {k: v.to(DEVICE) for k, v in masks.items()}
+        got = distribution._entropy_on_engine(*distribution._validated(**run, **run_masks)[:3])
+        monkeypatch.setattr(distribution, "ENGINE_ON_CPU", False)
+        assert got is not None and (want > 1).all()
+        torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
