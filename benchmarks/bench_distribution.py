@@ -87,7 +87,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
     jobs = {
         "viterbi": (lambda: semi_crf_streaming_viterbi(cum, tr, db, lengths, K), repeat),
         "fwd_bwd": (fwd_bwd, repeat),
-        "topk5": (lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5), repeat_slow),
+        # on CUDA: sidetracks over the engine's Viterbi (streaming/kbest.py)
+        "topk5": (lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5),
+                  repeat if device.type == "cuda" else repeat_slow),
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),

@@ -122,3 +122,23 @@ def adversarial(kind: str, B: int, T: int, K: int, C: int, seed: int = 0, dtype=
         tr = torch.where(torch.isfinite(tr)[None], 0.1 * (k % 3), tr[None]).contiguous()
     inp["transition"] = tr
     return inp
+
+
+def recording_engine(monkeypatch, chunk: int, name: str) -> list:
+    """Let ``distribution``'s engine paths run on CPU tensors (the interpreter), with chunks of
+    ``chunk`` positions, and record whether ``distribution.<name>`` took each call (its result
+    is not None): the list it returns grows by one bool per call."""
+    from torch_semimarkov.streaming import distribution
+
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    calls = []
+    real = getattr(distribution, name)
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(distribution, name, recording)
+    return calls

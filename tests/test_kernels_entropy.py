@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from kernel_cases import DEVICE, cpu
+from kernel_cases import DEVICE, cpu, recording_engine
 from test_kernels_masks import _inputs, _masks, _restricted
 from torch_semimarkov import semi_crf_streaming_entropy
 from torch_semimarkov.streaming import distribution
@@ -20,18 +20,7 @@ F64 = torch.float64
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
 def engine(request, monkeypatch):
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", request.param)
-    calls = []
-    real = distribution._entropy_on_engine
-
-    def recording(*a, **k):
-        out = real(*a, **k)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(distribution, "_entropy_on_engine", recording)
-    return calls
+    return recording_engine(monkeypatch, request.param, "_entropy_on_engine")
 
 
 def _entropy(scores):

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from kernel_cases import DEVICE, cpu
+from kernel_cases import DEVICE, cpu, recording_engine
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
 from torch_semimarkov.oracle import enumerate_segmentations, segmentation_allowed
 from torch_semimarkov.streaming import distribution
@@ -21,18 +21,7 @@ F64 = torch.float64
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
 def engine(request, monkeypatch):
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", request.param)
-    calls = []
-    real = distribution._engine_masks
-
-    def recording(*a, **k):
-        out = real(*a, **k)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(distribution, "_engine_masks", recording)
-    return calls
+    return recording_engine(monkeypatch, request.param, "_engine_masks")
 
 
 def _inputs(seed, B=3, T=7, K=3, C=3, proj=False, forbid=False):

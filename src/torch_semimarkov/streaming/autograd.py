@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -22,7 +22,7 @@ from .pytorch_reference import (
 )
 from .backends import numba_engine, resolve_backend
 from . import ops
-from .segments import Segment, segment_lists, segment_tensors
+from .segments import SegmentTensorsMixin, segment_tensors
 from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
 
 _TRITON = None  # the Triton launch module, or False once probed and found unusable
@@ -439,7 +439,7 @@ class _ViterbiScore(torch.autograd.Function):
         )
 
 
-class ViterbiResult:
+class ViterbiResult(SegmentTensorsMixin):
     """Best segmentations of a batch, tensor-first.
 
     Attributes:
@@ -484,18 +484,6 @@ class ViterbiResult:
                         lengths: torch.Tensor) -> "ViterbiResult":
         """From per-position labels and segment-start flags (B, T), as the engines return them."""
         return cls(scores, labels, *segment_tensors(labels, starts, lengths))
-
-    @property
-    def segments(self) -> List[List[Segment]]:
-        if self._segments is None:
-            self._segments = segment_lists(self.segment_starts, self.segment_ends, self.segment_labels,
-                                           self.segment_offsets)
-        return self._segments
-
-    @property
-    def num_segments(self) -> torch.Tensor:
-        """(B,) long: the number of segments of each sequence."""
-        return self.segment_offsets.diff()
 
     def __repr__(self) -> str:
         B, T = self.labels.shape

@@ -9,8 +9,9 @@ the inputs; O(T·C·k) for a k-best list), never anything of size K·C² per pos
 
 The PyTorch path runs on any device, one position per step (a Python loop over T), in float64;
 it is exact and the reference the kernels are tested against. On CUDA tensors with a (C, C)
-transition three things run on the engine instead: sampling (its forward, then the chunked walk
-of ``kernels/traceback.py``), the masks of log Z, its gradients, Viterbi and marginals (the
+transition four things run on the engine instead: sampling (its forward, then the chunked walk
+of ``kernels/traceback.py``), k-best lists without masks (sidetracks over its Viterbi,
+:mod:`.kbest`), the masks of log Z, its gradients, Viterbi and marginals (the
 time-parallel kernels read them as per-(position, label) segment limits and per-position flags,
 ``kernels/limits.py``), and the entropy's value when no gradient is asked for (one forward +
 backward, ``E[score]`` from the marginals).
@@ -38,7 +39,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from .constants import NEG_INF
-from .segments import Segment, segment_lists, segment_tensors
+from .segments import Segment, SegmentTensorsMixin, segment_tensors
 from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
 
 __all__ = [
@@ -769,7 +770,7 @@ def semi_crf_streaming_entropy(
 # ---------------------------------------------------------------------- results
 
 
-class _Segmentations:
+class _Segmentations(SegmentTensorsMixin):
     """Segmentations with leading batch dimensions, tensor-first (the layout of ViterbiResult).
 
     ``labels`` (*lead, T); ``segment_starts`` / ``segment_ends`` (exclusive) / ``segment_labels``
@@ -785,19 +786,6 @@ class _Segmentations:
         self.labels = labels
         self.segment_starts, self.segment_ends, self.segment_labels, self.segment_offsets = s, e, c, o
         self._segments = None
-
-    @property
-    def segments(self) -> List[List[Segment]]:
-        """Python lists of :class:`Segment`, one per flattened row (built on first access)."""
-        if self._segments is None:
-            self._segments = segment_lists(self.segment_starts, self.segment_ends, self.segment_labels,
-                                           self.segment_offsets)
-        return self._segments
-
-    @property
-    def num_segments(self) -> torch.Tensor:
-        """Long tensor of the leading shape (``labels.shape[:-1]``): the number of segments of each segmentation."""
-        return self.segment_offsets.diff().reshape(self.labels.shape[:-1])
 
 
 class TopKResult(_Segmentations):
@@ -906,13 +894,14 @@ def _engine_sampling(inp: StreamingInputs, lm, bm) -> bool:
     return lm is None and bm is None and _engine_takes(inp)
 
 
-def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offsets) -> torch.Tensor:
-    """(rows,) float64 score of each row's segmentation (row r is sequence r % B) from its
-    segment tensors: gathers per segment, never a copy of the inputs per row."""
+def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offsets, per_row: int = 0) -> torch.Tensor:
+    """(rows,) float64 score of each row's segmentation from its segment tensors: gathers per
+    segment, never a copy of the inputs per row. Row r is sequence ``r % B``, or ``r // per_row``
+    when ``per_row`` is given (the (B, k) rows of a k-best list)."""
     dev = starts.device
     B = inp.batch
     row = torch.repeat_interleave(torch.arange(rows, device=dev), offsets.diff())
-    b = row % B
+    b = row // per_row if per_row else row % B
     cum = inp.cum_scores
     val = cum[b, ends, labels].double() - cum[b, starts, labels].double()
     val = val + inp.duration_bias.double()[ends - starts - 1, labels]
@@ -1040,6 +1029,31 @@ def semi_crf_streaming_sample(
 # ---------------------------------------------------------------------- top-k
 
 
+def _topk_on_engine(inp: StreamingInputs, k: int) -> Optional["TopKResult"]:
+    """The k best segmentations by sidetracks over the engine's Viterbi (:mod:`.kbest`), with
+    scores recomputed exactly from the segments; None where the engine cannot run."""
+    from .kbest import topk_on_engine
+    out = topk_on_engine(inp, k)
+    if out is None:
+        return None
+    _, labels, starts = out
+    B, T = inp.batch, inp.T
+    first = TopKResult(None, labels, starts, inp.lengths)
+    score = _segment_scores(inp, B * k, first.segment_starts, first.segment_ends, first.segment_labels,
+                            first.segment_offsets, per_row=k).reshape(B, k)
+    exist = labels[:, :, 0] >= 0
+    score = torch.where(exist, score, torch.full_like(score, _NEG))
+    # the search ordered the ranks by float32 deficits: order them by the exact scores (stable)
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices
+    if not torch.equal(order, torch.arange(k, device=order.device).expand(B, k)):
+        labels = labels.gather(1, order[..., None].expand(B, k, T))
+        starts = starts.gather(1, order[..., None].expand(B, k, T))
+        score = score.gather(1, order)
+        return TopKResult(score.to(inp.cum_scores.dtype), labels, starts, inp.lengths)
+    first.scores = score.to(inp.cum_scores.dtype)
+    return first
+
+
 def semi_crf_streaming_topk(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -1085,6 +1099,10 @@ def semi_crf_streaming_topk(
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
                              boundary_mask, validate)
+    if lm is None and bm is None and _engine_takes(inp):
+        out = _topk_on_engine(inp, k)
+        if out is not None:
+            return out
     with torch.no_grad():
         model = _Model(inp, lm, bm)
         B, C, Kd, T = model.B, model.C, model.K, model.T

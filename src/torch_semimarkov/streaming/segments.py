@@ -162,3 +162,26 @@ def segments_to_labels(
                 raise ValueError(f"segment {(s, e, c)} of sequence {b} does not lie in [0, {T})")
             out[b, s:e] = c
     return out
+
+
+class SegmentTensorsMixin:
+    """``segments`` and ``num_segments`` of a result that holds ``labels`` (*lead, T) and the
+    segment tensors with ``segment_offsets`` (prod(lead) + 1,) (``ViterbiResult``, the k-best
+    lists and the samples). Needs a ``_segments`` attribute, None until first access."""
+
+    __slots__ = ()
+
+    @property
+    def segments(self) -> List[List[Segment]]:
+        """Python lists of :class:`Segment`, one per flattened row (built on first access: one
+        device-to-host transfer and a Python object per segment, so prefer the tensors)."""
+        if self._segments is None:
+            self._segments = segment_lists(self.segment_starts, self.segment_ends, self.segment_labels,
+                                           self.segment_offsets)
+        return self._segments
+
+    @property
+    def num_segments(self) -> torch.Tensor:
+        """Long tensor of the leading shape (``labels.shape[:-1]``): the number of segments of
+        each segmentation."""
+        return self.segment_offsets.diff().reshape(self.labels.shape[:-1])

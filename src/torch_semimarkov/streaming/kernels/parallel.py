@@ -188,6 +188,25 @@ def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
     return _chunked_walk(lengths, guess, T1 - 1, C, plan.K, W, plan.idx64, dict(bp_ptr=bp, s_bp_b=T1 * C))
 
 
+def traceback_from(bp, alpha_hat, seq, t0, c0, plan: KernelPlan):
+    """Backpointer walks from given nodes: row r follows sequence ``seq[r]``'s backpointers from
+    node ``(t0[r], c0[r])`` ("a segment of label c0 ends at t0") down to position 0, by the
+    chunked walk of :func:`traceback_chunked` (each row reads a copy of its sequence's
+    backpointers).
+
+    Returns ``(labels (R, T) int64, starts (R, T) bool)``: -1 / False at and past ``t0``."""
+    B, T1, C = bp.shape
+    W, n = plan.chunk, plan.n_chunks
+    R = seq.shape[0]
+    ends = torch.minimum((torch.arange(n, device=bp.device)[None, :] + 1) * W, t0[:, None])
+    guess = alpha_hat[seq[:, None], ends].argmax(-1).to(torch.int32)
+    last = torch.clamp((t0 + W - 1) // W - 1, min=0)
+    guess[torch.arange(R, device=bp.device), last] = c0.to(torch.int32)
+    labels, starts, _ = _chunked_walk(t0.contiguous(), guess, T1 - 1, C, plan.K, W, plan.idx64,
+                                      dict(bp_ptr=bp[seq].contiguous(), s_bp_b=T1 * C))
+    return labels, starts
+
+
 def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
     """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
     is a chain of dependent loads, so more programs in flight hide the latency), each chunk at

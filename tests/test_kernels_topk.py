@@ -1,0 +1,62 @@
+"""k-best lists on the engine (``streaming/kbest.py``): sidetracks over the time-parallel Viterbi
+forward and chunked backpointer walks from the sidetracks' tails, under the interpreter (CPU) or
+compiled (CUDA), with chunks short enough for fix-ups, against the float64 PyTorch k-best path
+(itself tested against the sorted enumeration in ``test_distribution.py``) and the enumeration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, cpu, recording_engine
+from test_distribution import _check_topk
+from test_kernels_masks import _inputs, _restricted
+from torch_semimarkov import semi_crf_streaming_topk, semi_crf_streaming_viterbi
+from torch_semimarkov.streaming import distribution
+
+F64 = torch.float64
+
+
+@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
+def engine(request, monkeypatch):
+    return recording_engine(monkeypatch, request.param, "_topk_on_engine")
+
+
+@pytest.mark.parametrize("proj,forbid,k", [(False, False, 5), (True, False, 5), (True, True, 7), (False, False, 40)])
+def test_engine_topk_equals_the_sorted_enumeration(engine, proj, forbid, k):
+    ref, run = _inputs(31, proj=proj, forbid=forbid)
+    ref = {kk: (v.detach() if isinstance(v, torch.Tensor) else v) for kk, v in ref.items()}
+    run = {kk: (v.detach() if isinstance(v, torch.Tensor) else v) for kk, v in run.items()}
+    B, T1, C = ref["cum_scores"].shape
+    got = semi_crf_streaming_topk(**run, k=k)
+    assert engine == [True], "top-k did not run on the engine"
+    every = _restricted(ref, torch.ones(B, T1 - 1, C, dtype=torch.bool), torch.zeros(B, T1 - 1, dtype=torch.long))
+    # run holds float32 copies of the inputs: the exact scores of those, to float32 rounding
+    _check_topk(got, every, k, tol=1e-5, gap=1e-4)
+
+
+def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
+    """T = 40, ragged, projections, a forbidden transition: rank 0 is the engine's Viterbi, and the
+    list equals the float64 path's."""
+    g = torch.Generator().manual_seed(32)
+    B, T, K, C = 3, 40, 5, 3
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    tr[2, 0] = -math.inf
+    args = dict(cum_scores=cum, transition=tr, duration_bias=torch.randn(K, C, generator=g, dtype=F64),
+                lengths=torch.tensor([T, 23, 1]), K=K, proj_start=torch.randn(B, T, C, generator=g, dtype=F64),
+                proj_end=torch.randn(B, T, C, generator=g, dtype=F64))
+    run = {kk: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for kk, v in args.items()}
+    got = semi_crf_streaming_topk(**run, k=6)
+    assert engine == [True]
+    distribution.ENGINE_ON_CPU = False  # the fixture's monkeypatch restores it
+    want = semi_crf_streaming_topk(**args, k=6)
+    distribution.ENGINE_ON_CPU = True
+    torch.testing.assert_close(cpu(got.scores), want.scores, atol=1e-9, rtol=0)
+    assert torch.equal(cpu(got.labels), want.labels)
+    best = semi_crf_streaming_viterbi(**run)
+    assert torch.equal(got.labels[:, 0], best.labels)
+    # one position: C = 3 segmentations (one segment, any label), so ranks 3 .. 5 do not exist
+    assert torch.isfinite(cpu(got.scores[2, :3])).all() and (cpu(got.scores[2, 3:]) == -math.inf).all()
