@@ -60,3 +60,37 @@ def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
     assert torch.equal(got.labels[:, 0], best.labels)
     # one position: C = 3 segmentations (one segment, any label), so ranks 3 .. 5 do not exist
     assert torch.isfinite(cpu(got.scores[2, :3])).all() and (cpu(got.scores[2, 3:]) == -math.inf).all()
+
+
+@pytest.mark.parametrize("K,k", [(5, 4), (1, 3), (9, 6)])
+def test_in_edges_kernel_equals_the_pytorch_selection(K, k):
+    """The kernel's k smallest-deficit in-edges of every node (ties by index) equal the PyTorch
+    blocks', on a forward of the engine: deficits, durations and predecessor labels."""
+    from torch_semimarkov.streaming import kbest
+    from torch_semimarkov.streaming.kernels import launch, parallel
+    from torch_semimarkov.streaming.kernels.plan import masked_plan
+    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+
+    g = torch.Generator().manual_seed(33 + K)
+    B, T, C = 2, 17, 3
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    tr[0, 2] = -math.inf
+    inp = validate_streaming_inputs(cum.to(DEVICE), tr.to(DEVICE), torch.randn(K, C, generator=g, dtype=F64).to(DEVICE),
+                                    torch.tensor([T, 11]).to(DEVICE), K,
+                                    proj_start=torch.randn(B, T, C, generator=g, dtype=F64).to(DEVICE))
+    plan = masked_plan(B, T, K, C, semiring="max", device=inp.cum_scores.device)
+    args = launch._prepare(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start, None)
+    saved, frames, bp, _ = parallel.forward_chunked(*args[:4], "max", args[4], None, plan)
+    alpha = kbest._alpha(saved, frames, args[3])
+    d1, k1, p1 = (cpu(x) for x in kbest._best_in_edges(inp, alpha, bp, k, use_kernel=True))
+    d2, k2, p2 = (cpu(x) for x in kbest._best_in_edges(inp, alpha, bp, k, use_kernel=False))
+    L = [T, 11]
+    for b in range(B):
+        d_a, d_b = d1[b, 1:L[b] + 1], d2[b, 1:L[b] + 1]
+        assert torch.equal(torch.isinf(d_a), torch.isinf(d_b))
+        fin = torch.isfinite(d_b)
+        assert fin.any()
+        torch.testing.assert_close(d_a[fin], d_b[fin], atol=1e-9, rtol=0)
+        assert torch.equal(k1[b, 1:L[b] + 1][fin], k2[b, 1:L[b] + 1][fin])
+        assert torch.equal(p1[b, 1:L[b] + 1][fin], p2[b, 1:L[b] + 1][fin])

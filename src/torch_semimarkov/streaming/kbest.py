@@ -45,12 +45,15 @@ def _alpha(saved, frames, lengths):
     return torch.where(alpha < -_NO_EDGE, torch.full_like(alpha, -float("inf")), alpha)
 
 
-def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int):
+def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: bool = False):
     """The k smallest-deficit in-edges of every node other than its backpointer edge.
 
     Returns ``(delta (B, T+1, C, k) float64, dur (B, T+1, C, k) int64, prev (B, T+1, C, k) int64)``:
     an in-edge of node (t, c) is the segment ``[t - dur, t)`` of label c after a segment of label
-    ``prev`` (C: the sequence starts there); ``delta`` is +inf where fewer edges exist."""
+    ``prev`` (C: the sequence starts there); ``delta`` is +inf where fewer edges exist.
+    ``use_kernel``: the selection by ``kernels/kbest.py`` (tested under the interpreter against
+    these PyTorch blocks; off by default until its compile for sm_90, which did not finish within
+    this session's check, and its speed are checked on a GPU)."""
     B, T1, C = alpha.shape
     T, K = T1 - 1, inp.K
     dev = alpha.device
@@ -72,6 +75,16 @@ def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int):
     V[:, 0] = -float("inf")
     V[:, 0, 0] = torch.logsumexp(tr, 0)
     Vc[:, 0] = C
+    if use_kernel:
+        from .kernels.kbest import in_edges
+        # W = V - S_s + ps_s, E = S_t + pe_{t-1}: the deficit is alpha - (W + D + E)
+        W = V - S[:, :, None, :]
+        E = S.clone()
+        if ps is not None:
+            W[:, :T] += ps[:, :, None, :]
+        if pe is not None:
+            E[:, 1:] += pe
+        return in_edges(W, Vc, D, alpha, E, bp, inp.lengths, K, k)
     delta = torch.full((B, T1, C, k), float("inf"), dtype=torch.float64, device=dev)
     dur = torch.zeros((B, T1, C, k), dtype=torch.int64, device=dev)
     prev = torch.zeros((B, T1, C, k), dtype=torch.int64, device=dev)
