@@ -20,30 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _time(fn, repeat):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
-
-
 def run_size(B, T, K, C, repeat, profile=True):
-    from bench_distribution import _problem
+    from bench_distribution import _problem, _time
 
     from torch_semimarkov import semi_crf_streaming_forward
     from torch_semimarkov.streaming import distribution as dist
@@ -56,17 +41,20 @@ def run_size(B, T, K, C, repeat, profile=True):
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
         semi_crf_streaming_forward(c, t, d, lengths, K, **m).sum().backward()
 
+    def timed(fn):
+        fn()  # warm-up
+        return _time(fn, cum.device, repeat)
+
     r = dict(B=B, T=T, K=K, C=C)
-    r["fwd_bwd"] = _time(fb, repeat)
-    r["masked"] = _time(lambda: fb(label_mask=lm, boundary_mask=bm), repeat)
-    r["masked_label_only"] = _time(lambda: fb(label_mask=lm), repeat)
-    r["masked_boundary_only"] = _time(lambda: fb(boundary_mask=bm), repeat)
+    r["fwd_bwd"] = timed(fb)
+    r["masked"] = timed(lambda: fb(label_mask=lm, boundary_mask=bm))
+    r["masked_label_only"] = timed(lambda: fb(label_mask=lm))
+    r["masked_boundary_only"] = timed(lambda: fb(boundary_mask=bm))
     inp = validate_streaming_inputs(cum, tr, db, lengths, K)
-    r["validate_inputs_values"] = _time(lambda: validate_streaming_inputs(cum, tr, db, lengths, K, check_values=True),
-                                        repeat)
-    r["check_masks"] = _time(lambda: dist.check_masks(lm, bm, B, T, C, cum.device), repeat)
+    r["validate_inputs_values"] = timed(lambda: validate_streaming_inputs(cum, tr, db, lengths, K, check_values=True))
+    r["check_masks"] = timed(lambda: dist.check_masks(lm, bm, B, T, C, cum.device))
     lm2, bm2 = dist.check_masks(lm, bm, B, T, C, cum.device)
-    r["engine_masks"] = _time(lambda: dist._engine_masks(inp, lm2, bm2), repeat)
+    r["engine_masks"] = timed(lambda: dist._engine_masks(inp, lm2, bm2))
     plan, masks, ps = dist._engine_masks(inp, lm2, bm2)
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, K)
 
@@ -74,10 +62,10 @@ def run_size(B, T, K, C, repeat, profile=True):
         _, state = launch.launch_forward(*args, "log", ps, None, plan=plan, masks=masks)
         launch.launch_backward(*args, ps, None, plan=plan, state=state, masks=masks)
 
-    r["kernels_masked"] = _time(lambda: kernels(masks, ps, plan), repeat)
-    r["kernels_plan_nomask"] = _time(lambda: kernels(None, None, plan), repeat)
+    r["kernels_masked"] = timed(lambda: kernels(masks, ps, plan))
+    r["kernels_plan_nomask"] = timed(lambda: kernels(None, None, plan))
     default = launch.plan_for(inp.cum_scores, inp.transition, K)
-    r["kernels_default_plan"] = _time(lambda: kernels(None, None, default), repeat)
+    r["kernels_default_plan"] = timed(lambda: kernels(None, None, default))
     r["plans_equal"] = str(plan) == str(default)
     r["ratio_masked_over_fwd_bwd"] = r["masked"] / r["fwd_bwd"]
     print(json.dumps(r), flush=True)

@@ -145,6 +145,18 @@ def test_engine_mask_that_allows_nothing(engine):
     assert torch.isfinite(cpu(g)).all() and (cpu(g)[0] == 0).all()
 
 
+def _assert_limits_allow_exactly_the_masks(lm, bm, ms, me, K):
+    """Every segment of at most K positions passes both limits iff the masks allow it."""
+    B, T, C = lm.shape
+    for b in range(B):
+        for s in range(T):
+            for e in range(s + 1, min(T, s + K) + 1):
+                for c in range(C):
+                    allowed = bool(lm[b, s:e, c].all()) and not bool((bm[b, s + 1:e] == 1).any())
+                    assert (e <= int(me[b, s, c])) == allowed
+                    assert (int(ms[b, e, c]) <= s) == allowed
+
+
 @pytest.mark.parametrize("K", [1, 4, 40])
 def test_segment_limits_describe_the_allowed_segments(K):
     """Every segment of at most K positions is allowed by the limits iff the masks allow it; the
@@ -160,13 +172,7 @@ def test_segment_limits_describe_the_allowed_segments(K):
     e = torch.arange(1, T + 1)[None, :, None]
     near = ref > e - K
     assert torch.equal(ms[:, 1:].long()[near], ref[near])
-    for b in range(B):
-        for s in range(T):
-            for e in range(s + 1, min(T, s + K) + 1):
-                for c in range(C):
-                    allowed = bool(lm[b, s:e, c].all()) and not bool((bm[b, s + 1:e] == 1).any())
-                    assert (e <= int(me[b, s, c])) == allowed
-                    assert (int(ms[b, e, c]) <= s) == allowed
+    _assert_limits_allow_exactly_the_masks(lm, bm, ms, me, K)
     assert torch.equal(forbidden, bm == -1)
 
 
@@ -207,13 +213,7 @@ def test_engine_limits_kernel(monkeypatch, K):
                                                               DEVICE))
     ex_ms, ex_me = _exact_limits(lm, bm, T)
     assert (ms <= ex_ms).all() and (me >= ex_me).all()
-    for b in range(B):
-        for s in range(T):
-            for e in range(s + 1, min(T, s + K) + 1):
-                for c in range(C):
-                    allowed = bool(lm[b, s:e, c].all()) and not bool((bm[b, s + 1:e] == 1).any())
-                    assert (e <= int(me[b, s, c])) == allowed
-                    assert (int(ms[b, e, c]) <= s) == allowed
+    _assert_limits_allow_exactly_the_masks(lm, bm, ms, me, K)
     moved_f = (ex_ms[:, 1:] != ex_ms[:, :-1]).any(-1)  # (B, T): index p = step p + 1
     moved_b = (ex_me[:, :-1] != ex_me[:, 1:]).any(-1)  # (B, T): index s
     assert ((fl[:, :T] & limits.FWD_MOVED) != 0)[moved_f].all()

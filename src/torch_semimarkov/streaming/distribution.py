@@ -40,7 +40,7 @@ import torch
 
 from .constants import NEG_INF
 from .segments import Segment, SegmentTensorsMixin, segment_tensors
-from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
+from .validation import BOUNDARY_VALUES, StreamingInputs, check_input_values, validate_streaming_inputs
 
 __all__ = [
     "SegmentationSamples",
@@ -106,7 +106,7 @@ def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device,
         if tuple(boundary_mask.shape) != (B, T):
             raise ValueError(f"boundary_mask must have shape (batch, T) = ({B}, {T}), got {tuple(boundary_mask.shape)}")
         if check_values and boundary_mask.numel() and bool(((boundary_mask < -1) | (boundary_mask > 1)).any()):
-            raise ValueError("boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)")
+            raise ValueError(BOUNDARY_VALUES)
         boundary_mask = boundary_mask.to(device=device, dtype=torch.int8)
     return label_mask, boundary_mask
 
@@ -1036,7 +1036,7 @@ def _topk_on_engine(inp: StreamingInputs, k: int) -> Optional["TopKResult"]:
     out = topk_on_engine(inp, k)
     if out is None:
         return None
-    _, labels, starts = out
+    labels, starts = out
     B, T = inp.batch, inp.T
     first = TopKResult(None, labels, starts, inp.lengths)
     score = _segment_scores(inp, B * k, first.segment_starts, first.segment_ends, first.segment_labels,

@@ -150,8 +150,9 @@ def _path_lists(delta, dur, prev, seq, labels, starts, t0, k: int):
 
 
 def topk_on_engine(inp: StreamingInputs, k: int):
-    """``(scores (B, k), labels (B, k, T), starts (B, k, T))`` of the k best segmentations on the
-    engine, or None where it cannot run (then the PyTorch path)."""
+    """``(labels (B, k, T), starts (B, k, T))`` of the k best segmentations on the engine, best
+    first by float32 deficits (-1 / False for ranks that do not exist), or None where it cannot
+    run (then the PyTorch path). The caller scores them exactly."""
     from .kernels import launch, parallel
     from .kernels.plan import masked_plan
 
@@ -259,4 +260,4 @@ def topk_on_engine(inp: StreamingInputs, k: int):
                     lab, st, _ = walks[(b,) + node]
                     labels[b, r, :hi] = lab[:hi]
                     starts[b, r, :hi] = st[:hi]
-        return ok, labels, starts
+        return labels, starts

@@ -162,6 +162,10 @@ def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
     return torch.stack(scalars)
 
 
+#: The error of a ``boundary_mask`` value outside {-1, 0, 1}.
+BOUNDARY_VALUES = "boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)"
+
+
 def _check_values(floats, lengths: torch.Tensor, T: int, boundary_mask: Optional[torch.Tensor] = None) -> None:
     """NaN/Inf, magnitude and the range of lengths (and of ``boundary_mask``'s values), with ONE
     device-to-host transfer.
@@ -186,8 +190,7 @@ def _check_values(floats, lengths: torch.Tensor, T: int, boundary_mask: Optional
     if bm:
         values, (lo, hi) = values[:-2], values[-2:]
         if lo < -1 or hi > 1:
-            raise ValueError("boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts "
-                             "here)")
+            raise ValueError(BOUNDARY_VALUES)
     check_value_stats(floats, values, T)
 
 

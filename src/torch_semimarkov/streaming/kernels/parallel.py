@@ -174,6 +174,14 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
 
+def _chunk_guesses(alpha_hat, seq, t0, plan: KernelPlan):
+    """(R, n) int32: the guessed start node of chunk j of walk r, the best label of sequence
+    ``seq[r]`` ending at ``min((j+1)·W, t0[r])`` (for the walk's last chunk, the truth)."""
+    n = plan.n_chunks
+    ends = torch.minimum((torch.arange(n, device=alpha_hat.device)[None, :] + 1) * plan.chunk, t0[:, None])
+    return alpha_hat[seq[:, None], ends].argmax(-1).to(torch.int32)
+
+
 def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
     """Labels and segment starts from the chunked max-semiring forward's packed backpointers
     (``traceback.py``); ``lengths`` must be 0 for sequences with no segmentation.
@@ -181,10 +189,8 @@ def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
     Returns ``(labels (B, T) int64, starts (B, T) bool, merged (B, n) bool)``.
     """
     B, T1, C = bp.shape
-    W, n = plan.chunk, plan.n_chunks
-    # guessed start node of chunk j: the best label ending at b_j (the last chunk: the truth)
-    ends = torch.minimum((torch.arange(n, device=bp.device)[None, :] + 1) * W, lengths[:, None])
-    guess = torch.gather(alpha_hat, 1, ends[:, :, None].expand(B, n, C)).argmax(-1).to(torch.int32)
+    W = plan.chunk
+    guess = _chunk_guesses(alpha_hat, torch.arange(B, device=bp.device), lengths, plan)
     return _chunked_walk(lengths, guess, T1 - 1, C, plan.K, W, plan.idx64, dict(bp_ptr=bp, s_bp_b=T1 * C))
 
 
@@ -196,10 +202,9 @@ def traceback_from(bp, alpha_hat, seq, t0, c0, plan: KernelPlan):
 
     Returns ``(labels (R, T) int64, starts (R, T) bool)``: -1 / False at and past ``t0``."""
     B, T1, C = bp.shape
-    W, n = plan.chunk, plan.n_chunks
+    W = plan.chunk
     R = seq.shape[0]
-    ends = torch.minimum((torch.arange(n, device=bp.device)[None, :] + 1) * W, t0[:, None])
-    guess = alpha_hat[seq[:, None], ends].argmax(-1).to(torch.int32)
+    guess = _chunk_guesses(alpha_hat, seq, t0, plan)
     last = torch.clamp((t0 + W - 1) // W - 1, min=0)
     guess[torch.arange(R, device=bp.device), last] = c0.to(torch.int32)
     labels, starts, _ = _chunked_walk(t0.contiguous(), guess, T1 - 1, C, plan.K, W, plan.idx64,
