@@ -62,6 +62,15 @@ def _problem(B, T, K, C, device, seed=0):
     return cum, tr, db, lengths, label_mask.to(device), boundary_mask.to(device)
 
 
+def _without_selection_kernel(fn):
+    from torch_semimarkov.streaming import kbest
+    kbest.SELECTION_KERNEL = False
+    try:
+        return fn()
+    finally:
+        kbest.SELECTION_KERNEL = True
+
+
 def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
     from torch_semimarkov import (semi_crf_streaming_entropy, semi_crf_streaming_forward,
                                   semi_crf_streaming_sample, semi_crf_streaming_topk, semi_crf_streaming_viterbi)
@@ -90,6 +99,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         # on CUDA: sidetracks over the engine's Viterbi (streaming/kbest.py)
         "topk5": (lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5),
                   repeat if device.type == "cuda" else repeat_slow),
+        # the same with the in-edges selected by PyTorch blocks instead of the Triton kernel
+        "topk5_torch_selection": (lambda: _without_selection_kernel(
+            lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5)), repeat if device.type == "cuda" else 0),
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),
@@ -100,12 +112,12 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
     }
     out = {}
     for name, (fn, n) in jobs.items():
-        if only and name not in only and name not in ("viterbi", "fwd_bwd"):
+        if (only and name not in only and name not in ("viterbi", "fwd_bwd")) or n == 0:
             continue
         fn()  # warm-up (compiles kernels on first use)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
-    for name, base in (("topk5", "viterbi"), ("sample16", "fwd_bwd"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
+    for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
                        ("masked_fwd_bwd", "fwd_bwd")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]

@@ -144,6 +144,13 @@ def main():
         with torch.no_grad():
             parallel.sample_chunked(saved, frames, v.cum_scores, v.transition, v.duration_bias, v.lengths,
                                     torch.rand(3 * B, T + 1, 2), v.K, max(v.K, 64))
+    # the k-best in-edge selection (streaming/kbest.py)
+    from torch_semimarkov.streaming.kernels.kbest import in_edges
+    for B, T, K, C, k, proj in [(2, 300, 12, 6, 5, True), (1, 5000, 64, 24, 5, False)]:
+        a = torch.randn(B, T + 1, C).double()
+        p = torch.randn(B, T, C).double() if proj else None
+        in_edges(a, a.clone(), p, p, torch.randn(C, C).double(), torch.randn(K, C).double(),
+                 torch.zeros(B, T + 1, C, dtype=torch.int32), torch.full((B,), T), K, k)
     # the dense recurrences of streaming/distribution.py (k-best, samples, entropy, masks)
     from torch_semimarkov.streaming import distribution as dist
     from torch_semimarkov.streaming.kernels.dense import run_dense

@@ -62,23 +62,30 @@ def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
     assert torch.isfinite(cpu(got.scores[2, :3])).all() and (cpu(got.scores[2, 3:]) == -math.inf).all()
 
 
-@pytest.mark.parametrize("K,k", [(5, 4), (1, 3), (9, 6)])
-def test_in_edges_kernel_equals_the_pytorch_selection(K, k):
-    """The kernel's k smallest-deficit in-edges of every node (ties by index) equal the PyTorch
-    blocks', on a forward of the engine: deficits, durations and predecessor labels."""
+@pytest.mark.parametrize("K,k,ties,C", [(5, 4, False, 3), (1, 3, False, 3), (9, 6, False, 3), (6, 5, True, 3),
+                                        (7, 2, False, 6), (6, 3, True, 5)])
+def test_in_edges_kernel_equals_the_pytorch_selection(K, k, ties, C):
+    """The kernel's k smallest-deficit in-edges of every node equal the PyTorch blocks', on a
+    forward of the engine: deficits, durations and predecessor labels; with integer scores
+    (many equal deficits) the same edges (ties by duration, then predecessor rank); C > k + 1:
+    the predecessor lists are cut short."""
     from torch_semimarkov.streaming import kbest
     from torch_semimarkov.streaming.kernels import launch, parallel
     from torch_semimarkov.streaming.kernels.plan import masked_plan
     from torch_semimarkov.streaming.validation import validate_streaming_inputs
 
     g = torch.Generator().manual_seed(33 + K)
-    B, T, C = 2, 17, 3
+    B, T = 2, 17
     cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
     tr = torch.randn(C, C, generator=g, dtype=F64)
     tr[0, 2] = -math.inf
-    inp = validate_streaming_inputs(cum.to(DEVICE), tr.to(DEVICE), torch.randn(K, C, generator=g, dtype=F64).to(DEVICE),
-                                    torch.tensor([T, 11]).to(DEVICE), K,
-                                    proj_start=torch.randn(B, T, C, generator=g, dtype=F64).to(DEVICE))
+    db = torch.randn(K, C, generator=g, dtype=F64)
+    ps = torch.randn(B, T, C, generator=g, dtype=F64)
+    if ties:
+        cum = torch.nn.functional.pad(torch.randint(0, 2, (B, T, C), generator=g).to(F64).cumsum(1), (0, 0, 1, 0))
+        tr, db, ps = tr.round(), db.round(), ps.round()
+    inp = validate_streaming_inputs(cum.to(DEVICE), tr.to(DEVICE), db.to(DEVICE), torch.tensor([T, 11]).to(DEVICE), K,
+                                    proj_start=ps.to(DEVICE))
     plan = masked_plan(B, T, K, C, semiring="max", device=inp.cum_scores.device)
     args = launch._prepare(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start, None)
     saved, frames, bp, _ = parallel.forward_chunked(*args[:4], "max", args[4], None, plan)

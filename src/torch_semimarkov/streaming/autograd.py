@@ -659,8 +659,8 @@ def semi_crf_streaming_marginals(
             _, _, _, p_start, p_end = ops.backward_op(ones, *args, ps, pe, log_z, state_a, state_b, meta, name,
                                                       *opts, [False, False, False, True, True])
     # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
-    starts64 = p_start.double().cumsum(1)
-    ends64 = p_end.double().cumsum(1)
+    starts64 = ops.cumsum_time(p_start.double())
+    ends64 = ops.cumsum_time(p_end.double())
     position = starts64.clone()
     position[:, 1:] -= ends64[:, :-1]
     past_end = torch.arange(position.shape[1], device=position.device)[None, :] >= inp.lengths[:, None]

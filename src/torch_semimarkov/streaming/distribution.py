@@ -679,6 +679,7 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
     cumulative values, which would cost float64 digits at long T), expected transition and
     duration counts times their scores, and the projections. The value only: its gradient needs
     the expectation semiring, which the engine's kernels do not run."""
+    from . import ops
     from .kernels import launch
     if not _engine_takes(inp):
         return None
@@ -700,7 +701,8 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
         cum = inp.cum_scores.detach().double()
         x = cum[:, 1:] - cum[:, :-1]
         # P(position p has label c) = P(a c-segment starts at or before p) - P(one ends before p)
-        label = torch.cumsum(p_start - torch.nn.functional.pad(p_end, (0, 0, 1, 0))[:, :-1], 1)
+        # (a scan along the innermost dimension: along T it is one sequential thread per column)
+        label = ops.cumsum_time(p_start - torch.nn.functional.pad(p_end, (0, 0, 1, 0))[:, :-1])
         expected = (label * x).sum((1, 2))
         tr = _forbid64(inp.transition)
         expected = expected + _weighted(g_tr, tr[None]).sum((1, 2))

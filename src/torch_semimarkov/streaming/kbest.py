@@ -26,7 +26,7 @@ Only for a (C, C) transition without masks (the PyTorch path of
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -34,6 +34,10 @@ from .validation import StreamingInputs
 
 #: A deficit at least this large marks an edge that does not exist (an impossible score).
 _NO_EDGE = 1e25
+
+#: Select the in-edges with the Triton kernels (``kernels/kbest.py``); False: the PyTorch blocks of
+#: :func:`_best_in_edges` (the kernels' reference).
+SELECTION_KERNEL = True
 
 
 def _alpha(saved, frames, lengths):
@@ -45,15 +49,14 @@ def _alpha(saved, frames, lengths):
     return torch.where(alpha < -_NO_EDGE, torch.full_like(alpha, -float("inf")), alpha)
 
 
-def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: bool = False):
+def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: Optional[bool] = None):
     """The k smallest-deficit in-edges of every node other than its backpointer edge.
 
     Returns ``(delta (B, T+1, C, k) float64, dur (B, T+1, C, k) int64, prev (B, T+1, C, k) int64)``:
     an in-edge of node (t, c) is the segment ``[t - dur, t)`` of label c after a segment of label
     ``prev`` (C: the sequence starts there); ``delta`` is +inf where fewer edges exist.
     ``use_kernel``: the selection by ``kernels/kbest.py`` (tested under the interpreter against
-    these PyTorch blocks; off by default until its compile for sm_90, which did not finish within
-    this session's check, and its speed are checked on a GPU)."""
+    these PyTorch blocks); None (default): the kernel when :data:`SELECTION_KERNEL`."""
     B, T1, C = alpha.shape
     T, K = T1 - 1, inp.K
     dev = alpha.device
@@ -62,29 +65,26 @@ def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: bool = F
     S = inp.cum_scores.double()
     ps = None if inp.proj_start is None else inp.proj_start.double()
     pe = None if inp.proj_end is None else inp.proj_end.double()
+    if use_kernel is None:
+        from .kernels.common import HAS_TRITON
+        use_kernel = SELECTION_KERNEL and HAS_TRITON  # (the engine's forward ran: Triton is there)
+    if use_kernel:
+        from .kernels.kbest import in_edges
+        return in_edges(alpha, S, ps, pe, tr, D, bp, inp.lengths, K, k)
     kk = k + 1  # one more per start position: the backpointer edge may be among them
-    # V[s, j, c]: the j-th best alpha(s, c') + Tr[c', c] over c' (s >= 1), with its c'; s = 0: the
-    # first segment's single edge, logsumexp_{c'} Tr[c', c]
+    # V[s, j, c]: the j-th best alpha(s, c') + Tr[c', c] over c' (s >= 1; a stable sort: ties by
+    # c', as the kernel), with its c'; s = 0: the first segment's single edge, logsumexp_{c'} Tr[c', c]
     n_top = min(kk, C)
     V = torch.full((B, T1, kk, C), -float("inf"), dtype=torch.float64, device=dev)
     Vc = torch.zeros((B, T1, kk, C), dtype=torch.int64, device=dev)
     step = max(1, 2**24 // max(1, B * C * C))
     for s0 in range(0, T1, step):
         x = alpha[:, s0:s0 + step, :, None] + tr[None, None]  # (B, n, C', C)
-        V[:, s0:s0 + step, :n_top], Vc[:, s0:s0 + step, :n_top] = torch.topk(x, n_top, dim=2)
+        v, i = torch.sort(x, dim=2, descending=True, stable=True)
+        V[:, s0:s0 + step, :n_top], Vc[:, s0:s0 + step, :n_top] = v[:, :, :n_top], i[:, :, :n_top]
     V[:, 0] = -float("inf")
     V[:, 0, 0] = torch.logsumexp(tr, 0)
     Vc[:, 0] = C
-    if use_kernel:
-        from .kernels.kbest import in_edges
-        # W = V - S_s + ps_s, E = S_t + pe_{t-1}: the deficit is alpha - (W + D + E)
-        W = V - S[:, :, None, :]
-        E = S.clone()
-        if ps is not None:
-            W[:, :T] += ps[:, :, None, :]
-        if pe is not None:
-            E[:, 1:] += pe
-        return in_edges(W, Vc, D, alpha, E, bp, inp.lengths, K, k)
     delta = torch.full((B, T1, C, k), float("inf"), dtype=torch.float64, device=dev)
     dur = torch.zeros((B, T1, C, k), dtype=torch.int64, device=dev)
     prev = torch.zeros((B, T1, C, k), dtype=torch.int64, device=dev)
@@ -115,7 +115,8 @@ def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: bool = F
         d = alpha[:, t][:, :, None, None, :] - cand  # (B, n, K, kk, C)
         d = d.masked_fill(~torch.isfinite(d) | (d > _NO_EDGE), float("inf"))
         flat = d.permute(0, 1, 4, 2, 3).reshape(B, len(t), C, K * kk)
-        vals, idx = torch.topk(flat, min(k, K * kk), dim=3, largest=False)
+        # a stable sort: equal deficits by index (duration, then predecessor rank), as the kernel
+        vals, idx = (x[..., :min(k, K * kk)] for x in torch.sort(flat, dim=3, stable=True))
         n_k = vals.shape[3]
         delta[:, t, :, :n_k] = vals
         dk = idx // kk

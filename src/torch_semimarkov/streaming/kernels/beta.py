@@ -39,8 +39,7 @@ if HAS_TRITON:
         and ``lse_s = LSE_k D[k-1] + Y_{s+k} + S_{s+k} - S_s`` in that frame.
 
         HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``me`` (C_PAD,)
-        int32 the largest allowed end of a segment starting at s, per label (read only where
-        ``fl`` says it moved, else larger than any position). The limit only shrinks as s goes
+        int32 the largest allowed end of a segment starting at s, per label. The limit only shrinks as s goes
         down, so the ring entries it excludes are dropped once, when it moves; a forbidden start
         s makes lse_s impossible (as an impossible ``proj_start`` would).
         """
@@ -140,7 +139,7 @@ if HAS_TRITON:
             fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
                 fl = tl.load(fl_b + s).to(tl.int32)
-                me = tl.load(me_b + s * C + oc, mask=mc & (((oc * 0 + fl) & 2) != 0), other=2147483647)
+                me = tl.load(me_b + s * C + oc, mask=mc, other=2147483647)
             if COMPARE:
                 y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
                 g_ref = tl.sum(tl.load(g_b + t + oj * 0, mask=oj == 0, other=0.0), 0)

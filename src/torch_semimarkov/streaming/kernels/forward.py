@@ -68,8 +68,7 @@ if HAS_TRITON:
         alpha_hat_{t-1}) and, in the max semiring, the packed backpointer of position t.
 
         HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``ms`` (C_PAD,)
-        int32 the smallest allowed start of a segment ending at t, per label (read only where
-        ``fl`` says it moved, else 0). The limit only grows with t, so the ring entries it
+        int32 the smallest allowed start of a segment ending at t, per label. The limit only grows with t, so the ring entries it
         excludes are dropped once, when it moves; a forbidden start s makes U_s impossible (as
         an impossible ``proj_start`` would).
         """
@@ -199,7 +198,9 @@ if HAS_TRITON:
             fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
                 fl = tl.load(fl_b + s).to(tl.int32)
-                ms = tl.load(ms_b + t * C + oc, mask=mc & (((oc * 0 + fl) & 1) != 0), other=0)
+                # read every step (not only where the flag says it moved): a load that waited
+                # on the flag's would put two memory round trips before the step
+                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
             if COMPARE:
                 u_ref = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 a_ref = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
