@@ -179,10 +179,13 @@ def topk_on_engine(inp: StreamingInputs, k: int):
         sink_d = (best[:, None] - final).masked_fill(c_star[:, None] == torch.arange(C, device=dev)[None, :],
                                                      float("inf"))
         sink_d = sink_d.masked_fill(~torch.isfinite(sink_d), float("inf"))
-        walks: Dict[Tuple[int, int, int], Tuple[torch.Tensor, torch.Tensor, list]] = {}
+        # every walked node: its row among the walks' labels / starts, and its H list
+        walks: Dict[Tuple[int, int, int], Tuple[int, list]] = {}
+        walk_labels: List[torch.Tensor] = []
+        walk_starts: List[torch.Tensor] = []
 
         def walk(nodes: List[Tuple[int, int, int]]):
-            """Walk from each (b, t, c) not walked yet; store its labels, starts and H list."""
+            """Walk from each (b, t, c) not walked yet; store its row and H list."""
             nodes = [n for n in dict.fromkeys(nodes) if n not in walks]
             if not nodes:
                 return
@@ -190,9 +193,12 @@ def topk_on_engine(inp: StreamingInputs, k: int):
             seq, t0, c0 = nb[:, 0], nb[:, 1], nb[:, 2]
             lab, st = parallel.traceback_from(bp, saved[0], seq, t0, c0, plan)
             vals, e, c, kd, cp = (x.tolist() for x in _path_lists(delta, dur, prev, seq, lab, st, t0, k))
+            first = sum(x.shape[0] for x in walk_labels)
+            walk_labels.append(lab)
+            walk_starts.append(st)
             for r, n in enumerate(nodes):
                 h = [(v, (e[r][i], c[r][i], kd[r][i], cp[r][i])) for i, v in enumerate(vals[r]) if v < _NO_EDGE]
-                walks[n] = (lab[r], st[r], h)
+                walks[n] = (first + r, h)
 
         L = lengths.tolist()
         cs = c_star.tolist()
@@ -203,7 +209,7 @@ def topk_on_engine(inp: StreamingInputs, k: int):
             if not feasible[b]:
                 continue
             own = [(v, (L[b], c, 0, c)) for c, v in enumerate(sink_d[b].tolist()) if v < _NO_EDGE]
-            sink[b] = sorted(own + walks[(b, L[b], cs[b])][2], key=lambda x: x[0])[:k]
+            sink[b] = sorted(own + walks[(b, L[b], cs[b])][1], key=lambda x: x[0])[:k]
         # best-first search over sidetrack sequences. A sidetrack (head t, head c, duration, prev):
         # the segment [t - duration, t) of label c after prev, tail node (t - duration, prev) (prev
         # C: the sequence starts there); the sink's own sidetracks are (L, c, 0, c). A path: a list
@@ -213,7 +219,7 @@ def topk_on_engine(inp: StreamingInputs, k: int):
         order = [0]
 
         def h_list(b, owner):
-            return sink[b] if owner is None else walks[(b,) + owner][2]
+            return sink[b] if owner is None else walks[(b,) + owner][1]
 
         def push(b, cost, path):
             heapq.heappush(heaps[b], (cost, order[0], path))
@@ -239,26 +245,56 @@ def topk_on_engine(inp: StreamingInputs, k: int):
             # lists the next sidetrack may come from)
             walk([(b,) + tail for b, _, _, tail in popped])
             for b, cost, path, tail in popped:
-                lst = walks[(b,) + tail][2]
+                lst = walks[(b,) + tail][1]
                 if lst and rank < k - 1:
                     push(b, cost + lst[0][0], path + [(tail, 0)])
-        # the segmentations, from the walks and the sidetracks' segments
-        labels = torch.full((B, k, T), -1, dtype=torch.int64, device=dev)
-        starts = torch.zeros((B, k, T), dtype=torch.bool, device=dev)
-        for b in range(B):
-            for r, path in enumerate(found[b]):
-                node, hi = (L[b], cs[b]), L[b]
-                for owner, j in path:
-                    t, c, kd, cp = h_list(b, owner)[j][1]
-                    lab, st, _ = walks[(b,) + node]
-                    labels[b, r, t:hi] = lab[t:hi]
-                    starts[b, r, t:hi] = st[t:hi]
-                    if kd:
-                        labels[b, r, t - kd:t] = c
-                        starts[b, r, t - kd] = True
-                    node, hi = (t - kd, cp), t - kd
-                if node[1] < C and hi > 0:
-                    lab, st, _ = walks[(b,) + node]
-                    labels[b, r, :hi] = lab[:hi]
-                    starts[b, r, :hi] = st[:hi]
-        return labels, starts
+        return _assemble(found, h_list, walks, walk_labels, walk_starts, L, cs, B, k, T, C)
+
+
+def _assemble(found, h_list, walks, walk_labels, walk_starts, L, cs, B: int, k: int, T: int, C: int):
+    """The segmentations ``(labels (B, k, T), starts (B, k, T))`` from the sidetrack sequences.
+
+    Each is a few pieces: stretches copied from a walk (from the head of a sidetrack back to the
+    tail of the previous one, and from the last tail to position 0) and the sidetracks' own
+    segments. The pieces are listed on the host (a few per segmentation) and drawn on the GPU at
+    once: piece ids written at their first positions, a running maximum along T (the ids ascend
+    along each row), then one gather."""
+    dev = walk_labels[0].device if walk_labels else torch.device("cpu")
+    rows, los, kinds, vals = [], [], [], []  # kind 0: a walk's row; 1: a segment of label val; 2: none
+    for b in range(B):
+        for r, path in enumerate(found[b]):
+            node, hi = (L[b], cs[b]), L[b]
+            pieces = [(L[b], 2, 0)]  # past the length: nothing
+            for owner, j in path:
+                t, c, kd, cp = h_list(b, owner)[j][1]
+                if t < hi:
+                    pieces.append((t, 0, walks[(b,) + node][0]))
+                if kd:
+                    pieces.append((t - kd, 1, c))
+                node, hi = (t - kd, cp), t - kd
+            if node[1] < C and hi > 0:
+                pieces.append((0, 0, walks[(b,) + node][0]))
+            for lo, kind, val in sorted(pieces):
+                rows.append(b * k + r)
+                los.append(lo)
+                kinds.append(kind)
+                vals.append(val)
+    labels = torch.full((B * k, T), -1, dtype=torch.int64, device=dev)
+    starts = torch.zeros((B * k, T), dtype=torch.bool, device=dev)
+    if not rows:
+        return labels.view(B, k, T), starts.view(B, k, T)
+    n = len(rows)
+    # piece 0: none (rows without a segmentation)
+    lo_t, kind_t, val_t = (torch.tensor(x, dtype=torch.int64).to(dev) for x in ([0] + los, [2] + kinds, [0] + vals))
+    mark = torch.zeros((B * k, T + 1), dtype=torch.int64, device=dev)
+    mark[torch.tensor(rows, dtype=torch.int64).to(dev), lo_t[1:]] = torch.arange(1, n + 1, device=dev)
+    pid = torch.cummax(mark, 1).values[:, :T]
+    kind, val = kind_t[pid], val_t[pid]
+    pos = torch.arange(T, device=dev)[None, :]
+    is_walk = kind == 0
+    row = torch.where(is_walk, val, 0)
+    walk_lab = torch.cat(walk_labels)
+    walk_st = torch.cat(walk_starts)
+    labels = torch.where(is_walk, walk_lab[row, pos], torch.where(kind == 1, val, labels))
+    starts = torch.where(is_walk, walk_st[row, pos], (kind == 1) & (pos == lo_t[pid]))
+    return labels.view(B, k, T), starts.view(B, k, T)

@@ -7,17 +7,19 @@ predecessor label of position ``s = t - k``: ``V[s, j, c]``, the j-th largest
 E[t, c])`` with ``W = V - S_s + ps_s`` and ``E = S_t + pe_{t-1}``; the backpointer edge is left out.
 
 1. ``_top_pred_kernel`` writes ``W`` and the predecessor labels for KK = k + 1 ranks j (one more
-   than k: the backpointer edge may be among them), a block of positions per program.
+   than k: the backpointer edge may be among them): a (positions, C', C) tile per program, KK
+   rounds of "the largest remaining".
 2. ``_in_edges_kernel`` keeps, for a block of nodes, the k smallest deficits seen so far in a
    (positions, labels, k) buffer in registers. It reads the candidates duration by duration, and
    within a duration in order of j: the deficits ascend in j (``V`` descends), so a duration's
    list is left at its first candidate that does not enter the buffer. Each node reads a few
    candidates per duration, not all K·KK.
 
-Both kernels keep "the n smallest of a stream" with :func:`_keep_smallest` (an entering candidate
-replaces the buffer's worst entry) and emit them in order with :func:`_pop_smallest`. Ties go to
-the candidate seen first, the order of the index (``c'`` for ``V``; ``(k - 1)·KK + j`` for the
-in-edges), as the stable sorts of the PyTorch blocks in ``streaming/kbest.py``.
+The in-edges kernel keeps "the n smallest of a stream" with :func:`_keep_smallest` (an entering
+candidate replaces the buffer's worst entry) and emits them in order with :func:`_pop_smallest`.
+Ties go to the smaller index (``c'`` for ``V``; ``(k - 1)·KK + j`` for the in-edges, the order in
+which the candidates are seen), as the stable sorts of the PyTorch blocks in ``streaming/kbest.py``.
+Positions are the first grid axis (up to 2^31 - 1 programs; the second allows 65535).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from .common import HAS_TRITON, next_pow2, tl, triton
 
-#: Elements of a kernel's (positions, labels, n) buffer: the positions per program follow from it.
+#: Elements of a kernel's (positions, labels, n) tile: the positions per program follow from it.
 _BUFFER = 2048
 
 if HAS_TRITON:
@@ -81,34 +83,32 @@ if HAS_TRITON:
         vc_ptr,  # (B, T+1, NV, C) int32 out: the predecessor label of V
         T, C,
         NV: tl.constexpr,
-        N_PAD: tl.constexpr,
         P: tl.constexpr,
         C_PAD: tl.constexpr,
         HAS_PS: tl.constexpr,
     ):
-        b = tl.program_id(0).to(tl.int64)
-        s = tl.program_id(1) * P + tl.arange(0, P)
+        b = tl.program_id(1).to(tl.int64)
+        s = tl.program_id(0) * P + tl.arange(0, P)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2 = (s <= T)[:, None] & mc[None, :]
-        row = (b * (T + 1) + s) * C
-        buf_d, buf_i, worst_d, worst_i = _empty_buffer(P, C_PAD, N_PAD, NV)
-        for cp in range(C):
-            x = tl.load(a_ptr + row + cp, mask=s <= T, other=-float("inf"))[:, None] \
-                + tl.load(tr_ptr + cp * C + oc, mask=mc, other=-float("inf"))[None, :]
-            cand = tl.where(m2 & (x > -float("inf")), -x, float("inf"))
-            buf_d, buf_i, worst_d, worst_i, _ = _keep_smallest(buf_d, buf_i, worst_d, worst_i, cand,
-                                                               tl.zeros([P, C_PAD], tl.int32) + cp)
-        ptr = row[:, None] + oc[None, :]
+        ptr = (b * (T + 1) + s[:, None]) * C + oc[None, :]
+        a = tl.load(a_ptr + ptr, mask=m2, other=-float("inf"))
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=-float("inf"))
+        x = a[:, :, None] + tr[None, :, :]  # (P, C', C)
+        idx = oc[None, :, None] + tl.zeros([P, C_PAD, C_PAD], tl.int32)
         shift = -tl.load(s_ptr + ptr, mask=m2, other=0.0)
         if HAS_PS:
             shift += tl.load(ps_ptr + (b * T + s[:, None]) * C + oc[None, :], mask=m2 & (s < T)[:, None], other=0.0)
         out = ((b * (T + 1) + s[:, None]) * NV) * C + oc[None, :]
+        # rank j: the largest remaining, ties to the smallest c' (the stable sort's order)
         for j in range(NV):
-            m, mi, buf_d, buf_i = _pop_smallest(buf_d, buf_i)
-            found = m < float("inf")
-            tl.store(w_ptr + out + j * C, tl.where(found, -m + shift, -float("inf")), mask=m2)
+            m = tl.max(x, 1)
+            mi = tl.min(tl.where(x == m[:, None, :], idx, 1 << 30), 1)
+            found = m > -float("inf")
+            tl.store(w_ptr + out + j * C, tl.where(found, m + shift, -float("inf")), mask=m2)
             tl.store(vc_ptr + out + j * C, tl.where(found, mi, 0), mask=m2)
+            x = tl.where(idx == mi[:, None, :], -float("inf"), x)
 
     @triton.jit
     def _in_edges_kernel(
@@ -129,8 +129,8 @@ if HAS_TRITON:
         P: tl.constexpr,
         C_PAD: tl.constexpr,
     ):
-        b = tl.program_id(0).to(tl.int64)
-        t = tl.program_id(1) * P + 1 + tl.arange(0, P)
+        b = tl.program_id(1).to(tl.int64)
+        t = tl.program_id(0) * P + 1 + tl.arange(0, P)
         L = tl.load(len_ptr + b)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
@@ -197,11 +197,10 @@ def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
     W = torch.empty((B, T1, kk, C), dtype=torch.float64, device=dev)
     Vc = torch.empty((B, T1, kk, C), dtype=torch.int32, device=dev)
     alpha, S = alpha.contiguous(), S.contiguous()
-    N_PAD = max(2, next_pow2(kk))
-    P = _rows_per_program(C_PAD, N_PAD)
-    _top_pred_kernel[(B, -(-T1 // P))](
+    P = _rows_per_program(C_PAD, C_PAD)
+    _top_pred_kernel[(-(-T1 // P), B)](
         a_ptr=alpha, tr_ptr=tr.contiguous(), s_ptr=S, ps_ptr=S if ps is None else ps.contiguous(),
-        w_ptr=W, vc_ptr=Vc, T=T, C=C, NV=kk, N_PAD=N_PAD, P=P, C_PAD=C_PAD, HAS_PS=ps is not None,
+        w_ptr=W, vc_ptr=Vc, T=T, C=C, NV=kk, P=P, C_PAD=C_PAD, HAS_PS=ps is not None,
         num_warps=4)
     # position 0: the first segment's single edge, logsumexp_{c'} Tr[c', c], from the start (C)
     W[:, 0] = -float("inf")
@@ -213,7 +212,7 @@ def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
     K_eff = max(1, min(K, T))
     N_PAD = max(2, next_pow2(k))
     P = _rows_per_program(C_PAD, N_PAD)
-    _in_edges_kernel[(B, -(-T // P))](
+    _in_edges_kernel[(-(-T // P), B)](
         w_ptr=W, vc_ptr=Vc, db_ptr=D[:K_eff].contiguous(), a_ptr=alpha, e_ptr=E, bp_ptr=bp.contiguous(),
         len_ptr=lengths, d_ptr=delta, k_ptr=dur, p_ptr=prev, T=T, C=C, K=K_eff, KK=kk, NSEL=k, N_PAD=N_PAD,
         P=P, C_PAD=C_PAD, num_warps=4)
