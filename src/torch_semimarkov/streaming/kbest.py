@@ -257,8 +257,8 @@ def _assemble(found, h_list, walks, walk_labels, walk_starts, L, cs, B: int, k: 
     Each is a few pieces: stretches copied from a walk (from the head of a sidetrack back to the
     tail of the previous one, and from the last tail to position 0) and the sidetracks' own
     segments. The pieces are listed on the host (a few per segmentation) and drawn on the GPU at
-    once: piece ids written at their first positions, a running maximum along T (the ids ascend
-    along each row), then one gather."""
+    once: every position finds its piece by a binary search among the pieces' first positions,
+    then one gather."""
     dev = walk_labels[0].device if walk_labels else torch.device("cpu")
     rows, los, kinds, vals = [], [], [], []  # kind 0: a walk's row; 1: a segment of label val; 2: none
     for b in range(B):
@@ -283,14 +283,16 @@ def _assemble(found, h_list, walks, walk_labels, walk_starts, L, cs, B: int, k: 
     starts = torch.zeros((B * k, T), dtype=torch.bool, device=dev)
     if not rows:
         return labels.view(B, k, T), starts.view(B, k, T)
-    n = len(rows)
     # piece 0: none (rows without a segmentation)
     lo_t, kind_t, val_t = (torch.tensor(x, dtype=torch.int64).to(dev) for x in ([0] + los, [2] + kinds, [0] + vals))
-    mark = torch.zeros((B * k, T + 1), dtype=torch.int64, device=dev)
-    mark[torch.tensor(rows, dtype=torch.int64).to(dev), lo_t[1:]] = torch.arange(1, n + 1, device=dev)
-    pid = torch.cummax(mark, 1).values[:, :T]
-    kind, val = kind_t[pid], val_t[pid]
+    # the piece of (row, position): the number of pieces at or before it in row-major order (keys
+    # ascend: rows in order, pieces by first position; a row's last piece, past its length, is
+    # "none", and so is piece 0 before the first row's first piece)
+    keys = torch.tensor(rows, dtype=torch.int64).to(dev) * (T + 1) + lo_t[1:]
     pos = torch.arange(T, device=dev)[None, :]
+    query = torch.arange(B * k, device=dev)[:, None] * (T + 1) + pos
+    pid = torch.searchsorted(keys, query, right=True)
+    kind, val = kind_t[pid], val_t[pid]
     is_walk = kind == 0
     row = torch.where(is_walk, val, 0)
     walk_lab = torch.cat(walk_labels)

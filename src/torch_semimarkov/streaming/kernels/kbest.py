@@ -31,6 +31,12 @@ from .common import HAS_TRITON, next_pow2, tl, triton
 #: Elements of a kernel's (positions, labels, n) tile: the positions per program follow from it.
 _BUFFER = 2048
 
+#: The in-edges kernel: its buffer's elements per program and warps. One warp keeps the
+#: per-candidate reductions (the buffer's worst, "does any node go on") inside a warp, with no
+#: barrier, and leaves room for more programs in flight to hide the dependent loads.
+IN_EDGES_BUFFER = 256
+IN_EDGES_WARPS = 1
+
 if HAS_TRITON:
 
     @triton.jit
@@ -175,8 +181,8 @@ if HAS_TRITON:
             tl.store(p_ptr + out + r, pl.to(tl.int64), mask=m2)
 
 
-def _rows_per_program(C_PAD: int, N_PAD: int) -> int:
-    return max(1, min(64, _BUFFER // (C_PAD * N_PAD)))
+def _rows_per_program(C_PAD: int, N_PAD: int, budget: int = _BUFFER) -> int:
+    return max(1, min(64, budget // (C_PAD * N_PAD)))
 
 
 def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
@@ -211,9 +217,9 @@ def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
         E[:, 1:] += pe
     K_eff = max(1, min(K, T))
     N_PAD = max(2, next_pow2(k))
-    P = _rows_per_program(C_PAD, N_PAD)
+    P = _rows_per_program(C_PAD, N_PAD, IN_EDGES_BUFFER)
     _in_edges_kernel[(-(-T // P), B)](
         w_ptr=W, vc_ptr=Vc, db_ptr=D[:K_eff].contiguous(), a_ptr=alpha, e_ptr=E, bp_ptr=bp.contiguous(),
         len_ptr=lengths, d_ptr=delta, k_ptr=dur, p_ptr=prev, T=T, C=C, K=K_eff, KK=kk, NSEL=k, N_PAD=N_PAD,
-        P=P, C_PAD=C_PAD, num_warps=4)
+        P=P, C_PAD=C_PAD, num_warps=IN_EDGES_WARPS)
     return delta, dur, prev
