@@ -64,11 +64,11 @@ def _problem(B, T, K, C, device, seed=0):
 
 def _without_selection_kernel(fn):
     from torch_semimarkov.streaming import kbest
-    kbest.SELECTION_KERNEL = False
+    before, kbest.SELECTION_KERNEL = kbest.SELECTION_KERNEL, False
     try:
         return fn()
     finally:
-        kbest.SELECTION_KERNEL = True
+        kbest.SELECTION_KERNEL = before
 
 
 def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):

@@ -5,7 +5,8 @@ A segment ``[s, e)`` of label c (``e - s <= K``) is allowed iff ``min_start[e, c
 ``e <= max_end[s, c]``, and ``s`` is not a forbidden start. Both limits are monotone in their index,
 so the register-ring recurrences need not test every (duration, label) entry at every step: an entry
 that a limit excludes stays excluded, so it is dropped from the ring once, at the step where the
-limit moves (flag bits 1 and 2), and every other step costs one byte load.
+limit moves (flag bits 1 and 2); every other step loads the flag byte and the row of limits
+(for the one-segment entry it pushes), with the step's scores.
 
 ``flags[b, p]``:
 
