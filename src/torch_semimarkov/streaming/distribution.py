@@ -719,6 +719,43 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
         return torch.where(ok, log_z.double() - expected, torch.zeros_like(expected))
 
 
+class _EngineEntropy(torch.autograd.Function):
+    """The entropy and its gradient on the engine (``kernels/entropy.py``): the forward runs
+    everything (the gradient is a by-product of the same passes) and keeps the weighted
+    marginals; the backward scales them."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, engine):
+        from .kernels.entropy import launch_entropy
+        plan, masks, ps = engine
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        H, *q = launch_entropy(d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K, d(ps),
+                               d(proj_end), plan=plan, masks=masks)
+        ctx.stash = (d(cum_scores), q, proj_start is not None, proj_end is not None)
+        return H.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .autograd import _scale_grads
+        cum, q, has_ps, has_pe = ctx.stash
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+                has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
+        grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
+        return _scale_grads(cum, need, -grad, *q) + (None, None)
+
+
+def _entropy_engine(inp: StreamingInputs, lm, bm):
+    """``(plan, masks, proj_start)`` of an entropy with its gradient on the engine (the
+    time-parallel register-ring plan), or None (the float64 path)."""
+    if lm is not None or bm is not None:
+        return _engine_masks(inp, lm, bm)
+    if not _engine_takes(inp):
+        return None
+    from .kernels.plan import masked_plan
+    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device)
+    return None if plan is None else (plan, None, inp.proj_start)
+
+
 def semi_crf_streaming_entropy(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -766,6 +803,11 @@ def semi_crf_streaming_entropy(
         H = _entropy_on_engine(inp, lm, bm)
         if H is not None:
             return H.to(inp.cum_scores.dtype)
+    else:
+        engine = _entropy_engine(inp, lm, bm)
+        if engine is not None:
+            return _EngineEntropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                        inp.proj_end, inp, engine)
     return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
 
 
