@@ -97,7 +97,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _ent_fwd_run(a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
-                     K_PAD: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b,
+                     C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b,
                      HAS_MASK: tl.constexpr):
         """Steps t = a+1 .. b of the prefix entropies from the state (hr, h) at a, storing rows
         ``h_s`` and ``hU_s`` (s = t-1). The weights come from the stored rows: the ring of
@@ -120,13 +120,31 @@ if HAS_TRITON:
         conv = tl.full([], 0, tl.int32)
         delta = tl.sum(tl.zeros([1], tl.float64), 0)
         t = a + 1
+        # the stored rows of step t are loaded during step t-1 (they do not depend on the
+        # recurrence): a load's latency is then off the critical path; the row index is clamped
+        # into the sequence instead of masked (a row past b is loaded but never used)
+        av_n = tl.load(a_b + a_in * C + oc, mask=mc, other=MASK)
+        uv_n = tl.load(w_b + a_in * C + oc, mask=mc, other=MASK)
+        fs_n = tl.load(f_b + a_in)
+        st_n = tl.load(cum_b + tl.minimum(a_in + 1, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
+        ms_n = tl.zeros([C_PAD], dtype=tl.int32)
+        if HAS_MASK:
+            ms_n = tl.load(ms_b + tl.minimum(a_in + 1, L) * C + oc, mask=mc, other=0)
         while (t <= b) & (conv == 0):
             s = t - 1
             s32 = tl.cast(s, tl.int32)
-            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
-            uv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-            fs = tl.load(f_b + s)
-            s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
+            av = av_n
+            uv = uv_n
+            fs = fs_n
+            s_t = st_n
+            ms = ms_n
+            tn = tl.minimum(t, L)
+            av_n = tl.load(a_b + tn * C + oc, mask=mc, other=MASK)
+            uv_n = tl.load(w_b + tn * C + oc, mask=mc, other=MASK)
+            fs_n = tl.load(f_b + tn)
+            st_n = tl.load(cum_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                ms_n = tl.load(ms_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0)
             # hU_s: the predecessor label (the phantom at s = 0 is no choice)
             hu = _pick_step(trT + av[None, :], h)
             hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
@@ -147,7 +165,6 @@ if HAS_TRITON:
             xk = ring + drot + (rfr - fs).to(tl.float32)[:, None]
             vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
-                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
                 vk = vk & ((t - kj)[:, None] >= ms[None, :])
             hn, _, okn = _mix_step(xk, vk, hr)
             h = tl.where(okn & mc, hn, 0.0)
@@ -217,7 +234,7 @@ if HAS_TRITON:
             h = tl.zeros([C_PAD], dtype=tl.float32)
             hr, h, conv, delta, steps, t_last = _ent_fwd_run(
                 a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
-                K_PAD, REBASE, False, ms_b, HAS_MASK)
+                C_PAD, K_PAD, REBASE, False, ms_b, HAS_MASK)
             e = row + j
             _save_ent_state(e32 + e * E32, live, hr, h, oj, oc, C_PAD, K_PAD)
             if live & (b == L):
@@ -244,7 +261,7 @@ if HAS_TRITON:
                     hr, h = _load_ent_state(e32 + e * E32, live, oj, oc, C_PAD, K_PAD)
                     hr, h, conv, delta, steps, t_last = _ent_fwd_run(
                         a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
-                        K_PAD, REBASE, True, ms_b, HAS_MASK)
+                        C_PAD, K_PAD, REBASE, True, ms_b, HAS_MASK)
                     if conv != 0:
                         _shift_rows(h_b, a, t_last - 1, delta, C, oc, mc)
                         _shift_rows(hu_b, a, t_last - 1, delta, C, oc, mc)
@@ -267,7 +284,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _ent_beta_run(a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
-                      K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr, COMPARE: tl.constexpr,
+                      C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr, COMPARE: tl.constexpr,
                       me_b, fl_b, HAS_MASK: tl.constexpr):
         """Steps s = b-1 down to a of the suffix entropies from the state (hr, hy) at b, storing
         rows ``hY_t = h'_t`` (t = s+1). The weights come from the stored Y rows: the ring of
@@ -289,12 +306,37 @@ if HAS_TRITON:
         conv = tl.full([], 0, tl.int32)
         delta = tl.sum(tl.zeros([1], tl.float64), 0)
         s = b - 1
+        # step s's stored rows are loaded during step s+1 (see the forward's run)
+        sn = tl.maximum(tl.minimum(s, L), 0)
+        yv_n = tl.load(x_b + (sn + 1) * C + oc, mask=mc, other=MASK)
+        gt_n = tl.load(g_b + sn + 1)
+        ss_n = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+        ps_n = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            ps_n = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+        me_n = tl.zeros([C_PAD], dtype=tl.int32)
+        fl_n = tl.full([], 0, tl.int32)
+        if HAS_MASK:
+            me_n = tl.load(me_b + sn * C + oc, mask=mc, other=0)
+            fl_n = tl.load(fl_b + sn).to(tl.int32)
         while (s >= a) & (conv == 0):
             t = s + 1
             t32 = tl.cast(t, tl.int32)
-            yv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
-            gt = tl.load(g_b + t)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            yv = yv_n
+            gt = gt_n
+            s_s = ss_n
+            ps_s = ps_n
+            me = me_n
+            fl = fl_n
+            sn = tl.maximum(s - 1, 0)
+            yv_n = tl.load(x_b + (sn + 1) * C + oc, mask=mc, other=MASK)
+            gt_n = tl.load(g_b + sn + 1)
+            ss_n = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                ps_n = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                me_n = tl.load(me_b + sn * C + oc, mask=mc, other=0)
+                fl_n = tl.load(fl_b + sn).to(tl.int32)
             hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
             if COMPARE:
                 hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
@@ -312,15 +354,13 @@ if HAS_TRITON:
             xk = ring + drot + (rfr - gt).to(tl.float32)[:, None]
             vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
-                me = tl.load(me_b + s * C + oc, mask=mc, other=0)
                 vk = vk & ((s + kj)[:, None] <= me[None, :])
             hv, lse, okv = _mix_step(xk, vk, hr)
             # V_s(c) in frame G_t: its differences over c pick the segment's label
             v = lse - (s_s - s_ref)
             if HAS_PS:
-                v += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+                v += ps_s
             if HAS_MASK:
-                fl = tl.load(fl_b + s).to(tl.int32)
                 v += tl.where((fl & 4) != 0, MASK, 0.0)
             v = tl.where(okv & mc, v, MASK)
             hv = tl.where(okv, hv, 0.0)
@@ -396,7 +436,7 @@ if HAS_TRITON:
             hy = tl.zeros([C_PAD], dtype=tl.float32)
             hr, hy, conv, delta, steps, t_low = _ent_beta_run(
                 a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
-                K_PAD, REBASE, HAS_PS, False, me_b, fl_b, HAS_MASK)
+                C_PAD, K_PAD, REBASE, HAS_PS, False, me_b, fl_b, HAS_MASK)
             e = row + j
             _save_ent_state(e32 + e * E32, live, hr, hy, oj, oc, C_PAD, K_PAD)
         else:
@@ -422,7 +462,7 @@ if HAS_TRITON:
                     hr, hy = _load_ent_state(e32 + e * E32, live, oj, oc, C_PAD, K_PAD)
                     hr, hy, conv, delta, steps, t_low = _ent_beta_run(
                         a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
-                        K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
+                        C_PAD, K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
                     if conv != 0:
                         _shift_rows(hy_b, t_low, b, delta, C, oc, mc)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
@@ -653,6 +693,28 @@ if HAS_TRITON:
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
 
+#: Warps of the two entropy recurrences (None: the plan's); benchmarks/GPU_NOTES.md says why.
+ENTROPY_WARPS = None
+
+#: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
+#: on two CUDA streams.
+ENTROPY_STREAMS = True
+
+#: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's
+#: chunks).
+ENTROPY_PROGRAMS_PER_SM = None
+
+
+def entropy_chunk(B: int, T: int, K_eff: int, plan, device) -> int:
+    """Chunk length of the two entropy recurrences: the plan's, or about
+    :data:`ENTROPY_PROGRAMS_PER_SM` programs per multiprocessor, each at least 2·K long."""
+    from . import plan as plan_mod
+    if ENTROPY_PROGRAMS_PER_SM is None or plan_mod.CHUNK_OVERRIDE is not None:
+        return plan.chunk
+    want = max(1, -(-ENTROPY_PROGRAMS_PER_SM * plan_mod._sms(device) // max(B, 1)))
+    return max(2 * K_eff, 64, -(-T // want))
+
+
 def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan, masks=None):
     """The entropy and its weighted marginals on the time-parallel register-ring engine.
 
@@ -668,7 +730,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     from ..pytorch_reference import feasible, zero_rows
     from .launch import _prepare
     from .marginals import _anchor_kernel, chunking
-    from .parallel import _chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked
+    from .parallel import (TOL, _chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
+                           forward_offsets)
 
     if not (plan.time_parallel and plan.kind == "reg"):
         raise ValueError("the entropy engine runs on the time-parallel register-ring plan (see masked_plan)")
@@ -679,42 +742,61 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     dev = cum_scores.device
     dtype = cum_scores.dtype
     K_eff = plan.K
-    c_pad, k_pad, W, n = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks
-    saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "log", proj_start,
-                                          proj_end, plan, masks=masks)
-    x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
-                               masks=masks)
-    alpha_hat, w_hat = saved[0], saved[1]
-    rows = torch.arange(B, device=dev)
-    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
+    c_pad, k_pad, W = plan.c_pad, plan.k_pad, plan.chunk
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
     mask_fwd = {} if masks is None else dict(ms_ptr=masks[0], HAS_MASK=True)
     mask_bwd = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     mask_me = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
-    meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=plan.num_warps, IDX64=plan.idx64)
-
-    # prefix entropies h, hU
-    h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
-    hu = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
-    e32, _, _, st_f, src, delta_f, steps = _chunk_state(B, n, k_pad * c_pad + c_pad, 1, 0, dev)
-    args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=alpha_hat,
-                w_ptr=w_hat, f_ptr=frames, h_ptr=h, hu_ptr=hu, e32=e32, st_ptr=st_f, src_ptr=src, dl_ptr=delta_f,
-                cv_ptr=steps, C=C, K=K_eff, W=W, NCH=n, s_cum_b=T1 * C, s_w_b=T1 * C, s_f_b=T1, TOL=1e-6,
-                **mask_fwd)
-    _three_phases(_ent_fwd_chunks_kernel, B, n, args, meta, steps)
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=ENTROPY_WARPS or plan.num_warps,
+                IDX64=plan.idx64)
+    # the entropy recurrences' own chunks (their rows carry their own offsets)
+    We = entropy_chunk(B, T, K_eff, plan, dev)
+    ne = max(1, -(-T // We))
     zeros = torch.zeros((B, T1), device=dev, dtype=torch.float64)
-    from .parallel import forward_offsets
-    oh = forward_offsets(zeros, delta_f, W)
 
-    # suffix entropies hY
-    hy = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
-    e32, _, _, st_b, src, delta_b, steps = _chunk_state(B, n, k_pad * c_pad + c_pad, 1, 0, dev)
-    args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps, x_ptr=x_hat,
-                g_ptr=g, hy_ptr=hy, e32=e32, st_ptr=st_b, src_ptr=src, dl_ptr=delta_b, cv_ptr=steps, C=C, K=K_eff,
-                W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=1e-6, **mask_bwd)
-    _three_phases(_ent_beta_chunks_kernel, B, n, args, dict(meta, HAS_PS=proj_start is not None), steps)
-    oy = backward_offsets(zeros, delta_b, W)
+    def prefix():
+        saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "log", proj_start,
+                                              proj_end, plan, masks=masks)
+        h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        hu = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        e32, _, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, 1, 0, dev)
+        args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
+                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, e32=e32, st_ptr=torch.empty_like(src),
+                    src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
+                    s_w_b=T1 * C, s_f_b=T1, TOL=TOL, **mask_fwd)
+        _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
+        return saved[0], saved[1], frames, h, hu, forward_offsets(zeros, delta, We)
+
+    def suffix():
+        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                                   masks=masks)
+        hy = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        e32, _, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, 1, 0, dev)
+        args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
+                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, e32=e32, st_ptr=torch.empty_like(src), src_ptr=src,
+                    dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
+                    s_x_b=T1 * C, s_g_b=T1, TOL=TOL, **mask_bwd)
+        _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
+        return x_hat, g, hy, backward_offsets(zeros, delta, We)
+
+    if cum_scores.is_cuda and ENTROPY_STREAMS:
+        # the two halves are independent and each leaves the GPU partly idle: run them side by side
+        main = torch.cuda.current_stream(dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            back = suffix()
+        alpha_hat, w_hat, frames, h, hu, oh = prefix()
+        main.wait_stream(side)
+        for t in back:
+            t.record_stream(main)
+        x_hat, g, hy, oy = back
+    else:
+        alpha_hat, w_hat, frames, h, hu, oh = prefix()
+        x_hat, g, hy, oy = suffix()
+    rows = torch.arange(B, device=dev)
+    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
 
     # anchors: log Z, then H, every A positions
     A = W
