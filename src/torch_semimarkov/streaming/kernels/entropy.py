@@ -41,33 +41,38 @@ from .common import HAS_TRITON, REBASE, tl, triton  # noqa: F401
 
 if HAS_TRITON:
     from .common import MASK_K as MASK
-    from .common import log_, row_offset_bounds, window_offset
+    from .beta import _fix_suffix_frames
+    from .common import log_, possible_shift, row_offset_bounds, window_offset
+    from .forward import _fix_prefix_frames
     from .marginals import anchor_log_z
 
     @triton.jit
-    def _load_ent_state(e32, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
-        """A saved entropy state: the ring of entropy rows (K_PAD, C_PAD) and the current row."""
+    def _load_ent_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+        """A saved entropy state: the ring of entropy rows (K_PAD, C_PAD), the current row, the
+        ring's frames and the current frame."""
         lj = oj < live * K_PAD
         lc = oc < live * C_PAD
         hr = tl.load(e32 + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=0.0)
         h = tl.load(e32 + K_PAD * C_PAD + oc, mask=lc, other=0.0)
-        return hr, h
+        hfr = tl.load(e64 + oj, mask=lj, other=0.0)
+        Fh = tl.sum(tl.load(e64 + K_PAD + oj * 0, mask=(oj == 0) & lj, other=0.0), 0)
+        return hr, h, hfr, Fh
 
     @triton.jit
-    def _save_ent_state(e32, live, hr, h, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+    def _save_ent_state(e32, e64, live, hr, h, hfr, Fh, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
         lj = oj < live * K_PAD
         lc = oc < live * C_PAD
         tl.store(e32 + oj[:, None] * C_PAD + oc[None, :], hr, mask=lj[:, None] & lc[None, :])
         tl.store(e32 + K_PAD * C_PAD + oc, h, mask=lc)
+        tl.store(e64 + oj, hfr, mask=lj)
+        tl.store(e64 + K_PAD + oj * 0, tl.zeros([K_PAD], tl.float64) + Fh, mask=(oj == 0) & lj)
 
     @triton.jit
-    def _shift_rows(p_b, lo, hi, delta, C, oc, mc):
-        """Rows lo .. hi of a (T+1, C) array minus delta (a converged fix-up's rows, moved into
-        the stored rows' system)."""
-        tl.debug_barrier()
-        d = delta.to(tl.float32)
-        for p in range(lo, hi + 1):
-            tl.store(p_b + p * C + oc, tl.load(p_b + p * C + oc, mask=mc, other=0.0) - d, mask=mc)
+    def _rebase(h, ok, F):
+        """Keep a row of entropies small: subtract its largest real value and add it to the
+        float64 frame (entropies grow along the sequence; the increments stay small)."""
+        sh = possible_shift(tl.max(tl.where(ok, h, -3e38), 0))
+        return tl.where(ok, h - sh, h), F + sh.to(tl.float64)
 
     @triton.jit
     def _mix_step(xk, vk, hr):
@@ -93,17 +98,19 @@ if HAS_TRITON:
         zs = tl.where(ok, z, 1.0)
         lz = mx + log_(zs)
         h = tl.sum(tl.where(ex > 0, ex * (hv[None, :] - (x - lz[:, None])), 0.0), 1) / zs
-        return tl.where(ok, h, 0.0)
+        return tl.where(ok, h, 0.0), ok
 
     @triton.jit
-    def _ent_fwd_run(a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
+    def _ent_fwd_run(a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
+                     oc, mc, TOL,
                      C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b,
                      HAS_MASK: tl.constexpr):
         """Steps t = a+1 .. b of the prefix entropies from the state (hr, h) at a, storing rows
         ``h_s`` and ``hU_s`` (s = t-1). The weights come from the stored rows: the ring of
         ``U_hat_p - (S_p - S_ref)`` (frame ``rfr``) starts from rows a-K+1 .. a-1.
+        Rows are relative to a float64 frame (``fh_b``, the same for ``h_s`` and ``hU_s``).
         COMPARE (fix-up): stop once the last K ``hU`` rows differ from the stored ones by one
-        constant. Returns ``(hr, h, converged, delta, steps, t_last)``."""
+        constant. Returns ``(hr, h, hfr, Fh, converged, delta, steps, t_last)``."""
         a_in = tl.minimum(a, L)
         s_ref = tl.load(cum_b + a_in * C + oc, mask=mc, other=0.0).to(tl.float32)
         p = a_in - 1 - ((a_in - 1 - oj) & (K_PAD - 1))
@@ -146,17 +153,21 @@ if HAS_TRITON:
             if HAS_MASK:
                 ms_n = tl.load(ms_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0)
             # hU_s: the predecessor label (the phantom at s = 0 is no choice)
-            hu = _pick_step(trT + av[None, :], h)
+            hu, _ = _pick_step(trT + av[None, :], h)
             hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
             if COMPARE:
                 hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
+                fh_ref = tl.load(fh_b + s)
                 tl.debug_barrier()
             tl.store(h_b + s * C + oc, h, mask=mc)
             tl.store(hu_b + s * C + oc, hu, mask=mc)
+            tl.store(fh_b + s, Fh)
             slot = s32 & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, (uv - (s_prev - s_ref))[None, :], ring)
             rfr = tl.where(oj == slot, fs, rfr)
             hr = tl.where(oj[:, None] == slot, hu[None, :], hr)
+            hfr = tl.where(oj == slot, Fh, hfr)
+            F_s = Fh
             # h_t: the duration of the segment ending at t
             kj = ((s32 - oj) & (K_PAD - 1)) + 1
             vj = kj <= tl.minimum(k_max, t)
@@ -166,10 +177,10 @@ if HAS_TRITON:
             vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
                 vk = vk & ((t - kj)[:, None] >= ms[None, :])
-            hn, _, okn = _mix_step(xk, vk, hr)
-            h = tl.where(okn & mc, hn, 0.0)
+            hn, _, okn = _mix_step(xk, vk, hr + (hfr - Fh).to(tl.float32)[:, None])
+            h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hu, hu_ref, tl.sum(tl.zeros([1], tl.float64), 0), mc, TOL)
+                lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
                 inwin = ((s32 - oj) & (K_PAD - 1)) < K
                 wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
                 delta = tl.where(ok, d, delta)
@@ -179,7 +190,7 @@ if HAS_TRITON:
                 ring += (s_t - s_ref)[None, :]
                 s_ref = s_t
             t += 1
-        return hr, h, conv, delta, t - 1 - a, t - 1
+        return hr, h, hfr, Fh, conv, delta, t - 1 - a, t - 1
 
     @triton.jit
     def _ent_fwd_chunks_kernel(
@@ -190,9 +201,10 @@ if HAS_TRITON:
         a_ptr,  # (B, T+1, C) alpha_hat rows (the forward's)
         w_ptr,  # (B, T+1, C) U_hat rows (the forward's)
         f_ptr,  # (B, T+1) float64 global frames of those rows
-        h_ptr,  # (B, T+1, C) float32 out: h_s relative to the chunk's offset
-        hu_ptr,  # (B, T+1, C) float32 out: hU_s relative to the chunk's offset
-        e32,  # (2, B, NCH, K_PAD*C_PAD + C_PAD) end states: [0] spec runs, [1] non-converged fix-ups
+        h_ptr,  # (B, T+1, C) float32 out: h_s relative to the frame of row s
+        hu_ptr,  # (B, T+1, C) float32 out: hU_s relative to the frame of row s
+        fh_ptr,  # (B, T+1) float64 out: frames of the h / hU rows (chunk j's system)
+        e32, e64,  # (2, B, NCH, ...) end states: [0] spec runs, [1] non-converged fix-ups
         st_ptr, src_ptr, dl_ptr, cv_ptr,  # (B, NCH): converged, source of the end state, delta, steps
         C, K, W, NCH, s_cum_b, s_w_b, s_f_b, TOL,
         C_PAD: tl.constexpr,
@@ -220,6 +232,8 @@ if HAS_TRITON:
         f_b = f_ptr + b_id * s_f_b
         h_b = h_ptr + b_id * s_w_b
         hu_b = hu_ptr + b_id * s_w_b
+        fh_b = fh_ptr + b_id * s_f_b
+        E64 = K_PAD + 1
         row = b_id * NCH
         half = tl.num_programs(0).to(tl.int64) * NCH
         # (C_PAD dst, C_PAD src): the predecessor runs along the fast axis
@@ -232,13 +246,16 @@ if HAS_TRITON:
             live = a < L
             hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
             h = tl.zeros([C_PAD], dtype=tl.float32)
-            hr, h, conv, delta, steps, t_last = _ent_fwd_run(
-                a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
-                C_PAD, K_PAD, REBASE, False, ms_b, HAS_MASK)
+            hfr = tl.zeros([K_PAD], dtype=tl.float64)
+            Fh = tl.sum(tl.zeros([1], tl.float64), 0)
+            hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
+                a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj, oc, mc,
+                TOL, C_PAD, K_PAD, REBASE, False, ms_b, HAS_MASK)
             e = row + j
-            _save_ent_state(e32 + e * E32, live, hr, h, oj, oc, C_PAD, K_PAD)
+            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
             if live & (b == L):
                 tl.store(h_b + L * C + oc, h, mask=mc)
+                tl.store(fh_b + L, Fh)
         else:
             j0 = 1
             j1 = NCH
@@ -258,21 +275,21 @@ if HAS_TRITON:
                     if PHASE == 3:
                         sp = tl.load(src_ptr + row + j - 1)
                     e = (sp - 1) * half + row + j - 1
-                    hr, h = _load_ent_state(e32 + e * E32, live, oj, oc, C_PAD, K_PAD)
-                    hr, h, conv, delta, steps, t_last = _ent_fwd_run(
-                        a, b, L, k_max, hr, h, cum_b, a_b, w_b, f_b, h_b, hu_b, trT, db_ptr, C, K, oj, oc, mc, TOL,
-                        C_PAD, K_PAD, REBASE, True, ms_b, HAS_MASK)
+                    hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
+                        a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
+                        oc, mc, TOL, C_PAD, K_PAD, REBASE, True, ms_b, HAS_MASK)
                     if conv != 0:
-                        _shift_rows(h_b, a, t_last - 1, delta, C, oc, mc)
-                        _shift_rows(hu_b, a, t_last - 1, delta, C, oc, mc)
+                        _fix_prefix_frames(fh_b, a, t_last, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
                         e = half + row + j
-                        _save_ent_state(e32 + e * E32, live, hr, h, oj, oc, C_PAD, K_PAD)
+                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
                         tl.store(src_ptr + row + j, 2)
                         clean = conv.to(tl.int32) * 0
                         if b == L:
                             tl.store(h_b + L * C + oc, h, mask=mc)
+                            tl.store(fh_b + L, Fh)
                     tl.store(st_ptr + row + j, conv.to(tl.int32))
                     tl.store(dl_ptr + row + j, delta)
                     tl.store(cv_ptr + row + j, steps.to(tl.int32))
@@ -283,13 +300,15 @@ if HAS_TRITON:
                 tl.debug_barrier()
 
     @triton.jit
-    def _ent_beta_run(a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
+    def _ent_beta_run(a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
+                      mc, TOL,
                       C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr, COMPARE: tl.constexpr,
                       me_b, fl_b, HAS_MASK: tl.constexpr):
         """Steps s = b-1 down to a of the suffix entropies from the state (hr, hy) at b, storing
         rows ``hY_t = h'_t`` (t = s+1). The weights come from the stored Y rows: the ring of
         ``Y_hat_p + (S_p - S_ref)`` (frame ``rfr``) starts from rows b+1 .. b+K-1.
-        Returns ``(hr, hy, converged, delta, steps, t_low)``: this run wrote rows t_low .. b."""
+        Rows are relative to a float64 frame (``gh_b``). Returns
+        ``(hr, hy, hfr, Gh, converged, delta, steps, t_low)``: this run wrote rows t_low .. b."""
         b_in = tl.minimum(b, L)
         s_ref = tl.load(cum_b + b_in * C + oc, mask=mc, other=0.0).to(tl.float32)
         p = b_in + 1 + ((oj - b_in - 1) & (K_PAD - 1))
@@ -340,12 +359,16 @@ if HAS_TRITON:
             hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
             if COMPARE:
                 hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
+                gh_ref = tl.load(gh_b + t)
                 tl.debug_barrier()
             tl.store(hy_b + t * C + oc, hyrow, mask=mc)
+            tl.store(gh_b + t, Gh)
             slot = t32 & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, (yv + (s_next - s_ref))[None, :], ring)
             rfr = tl.where(oj == slot, gt, rfr)
             hr = tl.where(oj[:, None] == slot, hyrow[None, :], hr)
+            hfr = tl.where(oj == slot, Gh, hfr)
+            G_t = Gh
             # hV_s: the duration of the segment starting at s
             kj = ((oj - t32) & (K_PAD - 1)) + 1
             vj = kj <= tl.minimum(L - s, k_max)
@@ -355,7 +378,7 @@ if HAS_TRITON:
             vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
                 vk = vk & ((s + kj)[:, None] <= me[None, :])
-            hv, lse, okv = _mix_step(xk, vk, hr)
+            hv, lse, okv = _mix_step(xk, vk, hr + (hfr - Gh).to(tl.float32)[:, None])
             # V_s(c) in frame G_t: its differences over c pick the segment's label
             v = lse - (s_s - s_ref)
             if HAS_PS:
@@ -365,10 +388,10 @@ if HAS_TRITON:
             v = tl.where(okv & mc, v, MASK)
             hv = tl.where(okv, hv, 0.0)
             # h'_s(c'): the label of the segment starting at s, given the predecessor c'
-            hy = _pick_step(tr + v[None, :], hv)
-            hy = tl.where(mc, hy, 0.0)
+            hy, oky = _pick_step(tr + v[None, :], hv)
+            hy, Gh = _rebase(tl.where(mc, hy, 0.0), oky & mc, Gh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hyrow, hy_ref, tl.sum(tl.zeros([1], tl.float64), 0), mc, TOL)
+                lo, hi = row_offset_bounds(hyrow, hy_ref, G_t - gh_ref, mc, TOL)
                 inwin = ((oj - t32) & (K_PAD - 1)) < K
                 wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
                 delta = tl.where(ok, d, delta)
@@ -378,7 +401,7 @@ if HAS_TRITON:
                 ring -= (s_s - s_ref)[None, :]
                 s_ref = s_s
             s -= 1
-        return hr, hy, conv, delta, b - 1 - s, s + 2
+        return hr, hy, hfr, Gh, conv, delta, b - 1 - s, s + 2
 
     @triton.jit
     def _ent_beta_chunks_kernel(
@@ -389,8 +412,9 @@ if HAS_TRITON:
         ps_ptr,  # (B, T, C) (read only if HAS_PS)
         x_ptr,  # (B, T+1, C) Y_hat rows (beta's)
         g_ptr,  # (B, T+1) float64 global frames of the Y rows
-        hy_ptr,  # (B, T+1, C) float32 out: h'_t relative to the chunk's offset
-        e32,  # (2, B, NCH, K_PAD*C_PAD + C_PAD) end states
+        hy_ptr,  # (B, T+1, C) float32 out: h'_t relative to the frame of row t
+        gh_ptr,  # (B, T+1) float64 out: frames of the hY rows (chunk j's system)
+        e32, e64,  # (2, B, NCH, ...) end states
         st_ptr, src_ptr, dl_ptr, cv_ptr,
         C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
         C_PAD: tl.constexpr,
@@ -421,6 +445,8 @@ if HAS_TRITON:
         x_b = x_ptr + b_id * s_x_b
         g_b = g_ptr + b_id * s_g_b
         hy_b = hy_ptr + b_id * s_x_b
+        gh_b = gh_ptr + b_id * s_g_b
+        E64 = K_PAD + 1
         row = b_id * NCH
         half = tl.num_programs(0).to(tl.int64) * NCH
         # (C_PAD src, C_PAD dst): the segment's label runs along the fast axis
@@ -434,11 +460,13 @@ if HAS_TRITON:
             live = a < L
             hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
             hy = tl.zeros([C_PAD], dtype=tl.float32)
-            hr, hy, conv, delta, steps, t_low = _ent_beta_run(
-                a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
+            hfr = tl.zeros([K_PAD], dtype=tl.float64)
+            Gh = tl.sum(tl.zeros([1], tl.float64), 0)
+            hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
+                a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
                 C_PAD, K_PAD, REBASE, HAS_PS, False, me_b, fl_b, HAS_MASK)
             e = row + j
-            _save_ent_state(e32 + e * E32, live, hr, hy, oj, oc, C_PAD, K_PAD)
+            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
         else:
             j0 = n_b - 2
             j1 = -1
@@ -459,16 +487,16 @@ if HAS_TRITON:
                     if PHASE == 3:
                         sp = tl.load(src_ptr + row + j + 1)
                     e = (sp - 1) * half + row + j + 1
-                    hr, hy = _load_ent_state(e32 + e * E32, live, oj, oc, C_PAD, K_PAD)
-                    hr, hy, conv, delta, steps, t_low = _ent_beta_run(
-                        a, b, L, k_max, hr, hy, cum_b, ps_b, x_b, g_b, hy_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
-                        C_PAD, K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
+                    hr, hy, hfr, Gh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
+                        a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
+                        mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
                     if conv != 0:
-                        _shift_rows(hy_b, t_low, b, delta, C, oc, mc)
+                        _fix_suffix_frames(gh_b, t_low, b, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
                         e = half + row + j
-                        _save_ent_state(e32 + e * E32, live, hr, hy, oj, oc, C_PAD, K_PAD)
+                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
                         tl.store(src_ptr + row + j, 2)
                         clean = conv.to(tl.int32) * 0
                     tl.store(st_ptr + row + j, conv.to(tl.int32))
@@ -753,32 +781,33 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     # the entropy recurrences' own chunks (their rows carry their own offsets)
     We = entropy_chunk(B, T, K_eff, plan, dev)
     ne = max(1, -(-T // We))
-    zeros = torch.zeros((B, T1), device=dev, dtype=torch.float64)
 
     def prefix():
         saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "log", proj_start,
                                               proj_end, plan, masks=masks)
         h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         hu = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
-        e32, _, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, 1, 0, dev)
+        fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
+        e32, e64, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
-                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, e32=e32, st_ptr=torch.empty_like(src),
+                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=torch.empty_like(src),
                     src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
                     s_w_b=T1 * C, s_f_b=T1, TOL=TOL, **mask_fwd)
         _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
-        return saved[0], saved[1], frames, h, hu, forward_offsets(zeros, delta, We)
+        return saved[0], saved[1], frames, h, hu, forward_offsets(fh, delta, We)
 
     def suffix():
         x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
                                    masks=masks)
         hy = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
-        e32, _, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, 1, 0, dev)
+        gh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
+        e32, e64, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
-                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, e32=e32, st_ptr=torch.empty_like(src), src_ptr=src,
+                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=torch.empty_like(src), src_ptr=src,
                     dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
                     s_x_b=T1 * C, s_g_b=T1, TOL=TOL, **mask_bwd)
         _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
-        return x_hat, g, hy, backward_offsets(zeros, delta, We)
+        return x_hat, g, hy, backward_offsets(gh, delta, We)
 
     if cum_scores.is_cuda and ENTROPY_STREAMS:
         # the two halves are independent and each leaves the GPU partly idle: run them side by side
