@@ -293,7 +293,8 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
             leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
             fn(**dict(inp, **leaves), **{k: v.to(dev) for k, v in kw.items()}).sum().backward()
             grads.append([leaves[k].grad.cpu() for k in names])
-        engine = fn is semi_crf_streaming_forward and not kcc
+        # (C, C): the masked log Z and the entropy with its gradient run on the engine's float32 kernels
+        engine = not kcc
         for a, b in zip(*grads):
             assert_close(a, b, rtol=1e-4 if engine else 0, atol=1e-4 if engine else 1e-8)
     s = semi_crf_streaming_sample(**gpu, num_samples=64, generator=torch.Generator(device="cuda").manual_seed(0))

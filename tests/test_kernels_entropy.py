@@ -86,3 +86,64 @@ def test_engine_entropy_on_long_sequences_matches_the_float64_path(monkeypatch, 
         monkeypatch.setattr(distribution, "ENGINE_ON_CPU", False)
         assert got is not None and (want > 1).all()
         torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
+
+
+@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
+def grad_engine(request, monkeypatch):
+    return recording_engine(monkeypatch, request.param, "_entropy_engine")
+
+
+def _float64_entropy_and_grads(ref, masks):
+    names = [k for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if ref[k] is not None]
+    leaves = {k: ref[k].clone().requires_grad_() for k in names}
+    H = semi_crf_streaming_entropy(**dict(ref, **leaves), **masks)  # CPU tensors: the float64 path
+    H.sum().backward()
+    return H.detach(), {k: leaves[k].grad for k in names}
+
+
+@pytest.mark.parametrize("proj,forbid,masked", [(False, False, False), (True, True, True)])
+def test_engine_entropy_gradient_equals_the_float64_path(grad_engine, proj, forbid, masked):
+    """The entropy WITH its gradient on the engine (kernels/entropy.py: prefix and suffix entropy
+    recurrences, weighted marginals): value and every input's gradient equal the float64
+    expectation-semiring path, which test_distribution.py checks against the enumeration."""
+    ref, run = _inputs(25, proj=proj, forbid=forbid)
+    B, T1, C = ref["cum_scores"].shape
+    lm, bm = _masks(26, B, T1 - 1, C)
+    masks = dict(label_mask=lm, boundary_mask=bm) if masked else {}
+    H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
+    H.sum().backward()
+    assert grad_engine == [True], "the entropy's gradient did not run on the engine"
+    want, grads = _float64_entropy_and_grads(ref, masks)
+    torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
+    for k, g in grads.items():
+        torch.testing.assert_close(cpu(run[k].grad).double(), g, atol=2e-4, rtol=1e-4, msg=k)
+
+
+def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch):
+    """T = 30 in chunks of 7 (fix-ups and the repair run), ragged, projections, a forbidden
+    transition and partial labels: the engine's entropy gradient equals the float64 path's."""
+    recording = recording_engine(monkeypatch, 7, "_entropy_engine")
+    B, T, K, C = 2, 30, 5, 3
+    g = torch.Generator().manual_seed(27)
+    cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) - 3.0).cumsum(1), (0, 0, 1, 0))
+    tr = torch.randn(C, C, generator=g, dtype=F64)
+    tr[1, 2] = -math.inf
+    ref = dict(cum_scores=cum, transition=tr, duration_bias=torch.randn(K, C, generator=g, dtype=F64),
+               lengths=torch.tensor([T, T - 9]), K=K, proj_start=torch.randn(B, T, C, generator=g, dtype=F64),
+               proj_end=torch.randn(B, T, C, generator=g, dtype=F64))
+    lm = torch.rand(B, T, C, generator=g) < 0.85
+    lm[:, torch.arange(T), torch.randint(0, C, (T,), generator=g)] = True
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 9::17] = 1
+    bm[:, 4::11] = -1
+    masks = dict(label_mask=lm, boundary_mask=bm)
+    run = {k: (v.to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
+    H.sum().backward()
+    assert recording == [True]
+    want, grads = _float64_entropy_and_grads(ref, masks)
+    assert (want > 5).all()
+    torch.testing.assert_close(cpu(H).double(), want, atol=1e-3, rtol=1e-5)
+    for k, gr in grads.items():
+        torch.testing.assert_close(cpu(run[k].grad).double(), gr, atol=2e-4, rtol=1e-4, msg=k)
