@@ -93,16 +93,19 @@ def grad_engine(request, monkeypatch):
     return recording_engine(monkeypatch, request.param, "_entropy_engine")
 
 
-def _float64_entropy_and_grads(ref, masks):
+def _float64_entropy_and_grads(monkeypatch, ref, masks):
+    """The float64 path's entropy and gradients (CPU tensors, the engine switched off)."""
     names = [k for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if ref[k] is not None]
     leaves = {k: ref[k].clone().requires_grad_() for k in names}
-    H = semi_crf_streaming_entropy(**dict(ref, **leaves), **masks)  # CPU tensors: the float64 path
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", False)
+    H = semi_crf_streaming_entropy(**dict(ref, **leaves), **masks)
     H.sum().backward()
+    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
     return H.detach(), {k: leaves[k].grad for k in names}
 
 
 @pytest.mark.parametrize("proj,forbid,masked", [(False, False, False), (True, True, True)])
-def test_engine_entropy_gradient_equals_the_float64_path(grad_engine, proj, forbid, masked):
+def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engine, proj, forbid, masked):
     """The entropy WITH its gradient on the engine (kernels/entropy.py: prefix and suffix entropy
     recurrences, weighted marginals): value and every input's gradient equal the float64
     expectation-semiring path, which test_distribution.py checks against the enumeration."""
@@ -113,7 +116,8 @@ def test_engine_entropy_gradient_equals_the_float64_path(grad_engine, proj, forb
     H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
     H.sum().backward()
     assert grad_engine == [True], "the entropy's gradient did not run on the engine"
-    want, grads = _float64_entropy_and_grads(ref, masks)
+    want, grads = _float64_entropy_and_grads(monkeypatch, ref, masks)
+    assert grad_engine == [True, False], "the reference took the engine"
     torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
     for k, g in grads.items():
         torch.testing.assert_close(cpu(run[k].grad).double(), g, atol=2e-4, rtol=1e-4, msg=k)
@@ -142,8 +146,8 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch):
     H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
     H.sum().backward()
     assert recording == [True]
-    want, grads = _float64_entropy_and_grads(ref, masks)
-    assert (want > 5).all()
+    want, grads = _float64_entropy_and_grads(monkeypatch, ref, masks)
+    assert recording == [True, False] and (want > 5).all()
     torch.testing.assert_close(cpu(H).double(), want, atol=1e-3, rtol=1e-5)
     for k, gr in grads.items():
         torch.testing.assert_close(cpu(run[k].grad).double(), gr, atol=2e-4, rtol=1e-4, msg=k)
