@@ -788,9 +788,9 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         hu = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
-        e32, e64, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
-                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=torch.empty_like(src),
+                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=status,
                     src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
                     s_w_b=T1 * C, s_f_b=T1, TOL=TOL, **mask_fwd)
         _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
@@ -801,9 +801,9 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
                                    masks=masks)
         hy = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
         gh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
-        e32, e64, _, _, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
-                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=torch.empty_like(src), src_ptr=src,
+                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=status, src_ptr=src,
                     dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
                     s_x_b=T1 * C, s_g_b=T1, TOL=TOL, **mask_bwd)
         _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
