@@ -447,3 +447,21 @@ def test_head_topk_sample_entropy_decode_mirror_the_functions():
     assert allowed.all()
     post = head.marginals(h, lengths, label_mask=lm)
     assert float(post.position[~lm].abs().max()) < 1e-8
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["CxC", "KxCxC"])
+def test_entropy_does_not_depend_on_the_size_of_the_scores(direct):
+    """Adding the same constant to every label's score at a position changes no segmentation's
+    probability: the entropy and its gradient stay put. With a constant of 1e4 the scores of a
+    prefix reach 3e6, and the expectation recurrences must not let the rounding of their
+    normalisers (about 1e-16 of that size) multiply the expected scores at every step."""
+    kw, params = _inputs(12, B=2, T=300, K=6, C=3, direct=direct, proj=True)
+    H = semi_crf_streaming_entropy(**kw)
+    g = torch.autograd.grad(H.sum(), params)
+    shift = 1e4 * torch.arange(301, dtype=F64)[None, :, None]
+    cum2 = (params[0].detach() + shift).requires_grad_()
+    H2 = semi_crf_streaming_entropy(**dict(kw, cum_scores=cum2))
+    g2 = torch.autograd.grad(H2.sum(), [cum2] + params[1:])
+    torch.testing.assert_close(H2, H, atol=1e-6, rtol=0)
+    for a, b in zip(g2, g):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

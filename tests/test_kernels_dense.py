@@ -14,9 +14,10 @@ from torch_semimarkov.streaming.validation import validate_streaming_inputs
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton")
 
 
-def _model(B, T, K, C, direct, proj, masked, seed, device):
+def _model(B, T, K, C, direct, proj, masked, seed, device, shift=0.0):
     g = torch.Generator().manual_seed(seed)
     cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=torch.float64).cumsum(1), (0, 0, 1, 0))
+    cum = cum + shift * torch.arange(T + 1, dtype=torch.float64)[None, :, None]
     tr = torch.randn(*((K, C, C) if direct else (C, C)), generator=g, dtype=torch.float64)
     tr[..., 0, C - 1] = -math.inf
     db = torch.randn(K, C, generator=g, dtype=torch.float64)
@@ -79,3 +80,26 @@ def _torch_beta(m):
         return m.beta()
     finally:
         dist._dense_kernels = saved
+
+
+@pytest.mark.parametrize("direct,factored_off", [(False, False), (True, False), (False, True)])
+def test_dense_entropies_do_not_depend_on_the_size_of_the_scores(direct, factored_off):
+    """The prefix and suffix entropies (alpha - Ea, beta - Eb) do not change when every label's
+    score at a position grows by the same constant (here 1e4: prefix scores of 6e5): the
+    expectation kernels normalise their weights, so the rounding of the log-sum-exp does not
+    multiply the expected scores."""
+    from torch_semimarkov.streaming.kernels.dense import run_dense
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows = None
+    got = []
+    for shift in (0.0, 1e4):
+        m = _model(1, 60, 4, 3, direct, True, False, 3, device, shift=shift)
+        A, Ea = run_dense(m, "alpha", expect=True, factored_off=factored_off)
+        Bt, Eb = run_dense(m, "beta", expect=True, factored_off=factored_off)
+        rows = slice(m.K + 1, m.K + m.T + 1)
+        got.append(((A - Ea)[:, rows, :m.C], (Bt - Eb)[:, rows, :m.C]))
+    for a, b in zip(*got):
+        fa = torch.isfinite(a)
+        assert torch.equal(fa, torch.isfinite(b))
+        torch.testing.assert_close(a[fa], b[fa], atol=1e-7, rtol=0)

@@ -65,6 +65,15 @@ def _weighted(p: torch.Tensor, val: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * val, torch.zeros_like(p))
 
 
+def _expectation(w: torch.Tensor, val: torch.Tensor, dims) -> torch.Tensor:
+    """``sum w val / sum w`` over ``dims``. The weights ``exp(x - lse)`` sum to 1 only up to the
+    rounding of the log-sum-exp (about 1e-16 of its size, which grows with T); unnormalised, that
+    error would multiply the expected score itself (the size of the whole prefix's score) at every
+    step and add up along the sequence."""
+    tot = w.sum(dims)
+    return _weighted(w, val).sum(dims) / torch.where(tot > 0, tot, torch.ones_like(tot))
+
+
 def _dense_kernels():
     """The Triton module of these recurrences, or None without Triton."""
     from .kernels import HAS_TRITON
@@ -518,7 +527,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         U[:, r0:r1] = torch.logsumexp(x, 2)
         if entropy is not None:
             p = torch.exp(x - _finite_or_zero(U[:, r0:r1])[:, :, None, :])
-            EU[:, r0:r1] = _weighted(p, entropy[0][:, r0:r1, :, None] + tr).sum(2)
+            EU[:, r0:r1] = _expectation(p, entropy[0][:, r0:r1, :, None] + tr, 2)
     n_seg = model._block(K * C)
     for s0 in range(0, model.t_max, n_seg):
         s1 = min(s0 + n_seg, model.t_max)
@@ -529,7 +538,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         V[:, s0 + K:s1 + K] = torch.logsumexp(y, 2)
         if entropy is not None:
             q = torch.exp(y - _finite_or_zero(V[:, s0 + K:s1 + K])[:, :, None, :])
-            EV[:, s0 + K:s1 + K] = _weighted(q, seg + entropy[1][:, e_idx, :C]).sum(2)
+            EV[:, s0 + K:s1 + K] = _expectation(q, seg + entropy[1][:, e_idx, :C], 2)
     wb = w[:, None, None, None]
     for t0 in range(1, model.t_max + 1, n_seg):
         t1 = min(t0 + n_seg, model.t_max + 1)
@@ -618,7 +627,7 @@ def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
         e = model.edges(seg)
         x = A[:, t:t + K].flip(1)[..., None] + e  # (B, K, C+1, C)
         w = torch.exp(x - _finite_or_zero(A[:, t + K, None, None, :C]))
-        Ea[:, t + K, :C] = _weighted(w, Ea[:, t:t + K].flip(1)[..., None] + e).sum((1, 2))
+        Ea[:, t + K, :C] = _expectation(w, Ea[:, t:t + K].flip(1)[..., None] + e, (1, 2))
     return Ea
 
 
@@ -642,7 +651,7 @@ def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
         nxt = Bt[:, s + K + 1:s + 2 * K + 1, None, :C]
         # the predecessor label's beta, (B, 1, C+1, 1)
         v = torch.exp(e + nxt - _finite_or_zero(Bt[:, s + K][:, None, :, None]))
-        tot = _weighted(v, e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C]).sum((1, 3))
+        tot = _expectation(v, e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C], (1, 3))
         Eb[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(tot), tot)
     return Eb
 
@@ -657,7 +666,7 @@ class _Entropy(torch.autograd.Function):
         end = A[idx, model.lengths + model.K, :model.C]
         ok = torch.isfinite(log_z)
         p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
-        expected = _weighted(p_last, Ea[idx, model.lengths + model.K, :model.C]).sum(1)
+        expected = _expectation(p_last, Ea[idx, model.lengths + model.K, :model.C], 1)
         H = torch.where(ok, log_z - expected, torch.zeros_like(log_z))
         ctx.stash = (model, A, Ea, log_z, expected, inp)
         return H.to(inp.cum_scores.dtype)

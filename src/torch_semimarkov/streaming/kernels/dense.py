@@ -23,6 +23,14 @@ if HAS_TRITON:
     from .common import MASK_K, lse_cols, lse_rows, online_lse, online_lse_value
 
     @triton.jit
+    def _normalised(acc, wsum):
+        """An expectation ``sum w x`` divided by ``sum w``: the weights ``exp(x - lse)`` sum to 1 only
+        up to the rounding of the log-sum-exp (about 1e-16 of its size, which grows with T), and
+        that error would multiply the expected score itself (of the size of the scores of the
+        whole prefix) at every step."""
+        return acc / tl.where(wsum > 0, wsum, 1.0)
+
+    @triton.jit
     def _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc, mc,
                   BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
         """Scores (K_BLK, C_PAD) of the segments of durations k0+1 .. k0+K_BLK ending (BY_END) or
@@ -93,7 +101,7 @@ if HAS_TRITON:
             if EXPECT:
                 ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
                 wu = tl.where((x > -1e29), tl.exp(x - u[None, :]), 0.0)
-                eu = tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0)
+                eu = _normalised(tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0), tl.sum(wu, 0))
                 tl.store(EU_ptr + (b * P + i - 1) * C + oc, eu, mask=mc)
             run_m = tl.full([C_PAD], MASK_K, tl.float64)
             run_s = tl.zeros([C_PAD], tl.float64)
@@ -108,6 +116,7 @@ if HAS_TRITON:
             tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
             if EXPECT:
                 acc = tl.zeros([C_PAD], tl.float64)
+                wsum = tl.zeros([C_PAD], tl.float64)
                 for k0 in range(0, K, K_BLK):
                     seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
                                            ms_ptr, ok, oc, mc, True, HAS_MIN)
@@ -117,6 +126,8 @@ if HAS_TRITON:
                     ok2 = (uj > -1e29) & (seg > -1e29)
                     w = tl.where(ok2, tl.exp(tl.maximum(uj + seg, MASK_K) - alpha[None, :]), 0.0)
                     acc += tl.sum(w * (euj + tl.where(ok2, seg, 0.0)), 0)
+                    wsum += tl.sum(w, 0)
+                acc = _normalised(acc, wsum)
                 tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
 
     @triton.jit
@@ -152,6 +163,7 @@ if HAS_TRITON:
             tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
             if EXPECT:
                 ev = tl.zeros([C_PAD], tl.float64)
+                vsum = tl.zeros([C_PAD], tl.float64)
                 for k0 in range(0, K, K_BLK):
                     seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
                                            ms_ptr, ok, oc, mc, False, HAS_MIN)
@@ -161,9 +173,11 @@ if HAS_TRITON:
                     ok2 = (nxt > -1e29) & (seg > -1e29)
                     w = tl.where(ok2, tl.exp(tl.maximum(seg + nxt, MASK_K) - v[None, :]), 0.0)
                     ev += tl.sum(w * (ebn + tl.where(ok2, seg, 0.0)), 0)
+                    vsum += tl.sum(w, 0)
+                ev = _normalised(ev, vsum)
                 okx = x > -1e29
                 w2 = tl.where(okx, tl.exp(x - beta[:, None]), 0.0)
-                eb = tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1)
+                eb = _normalised(tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1), tl.sum(w2, 1))
                 tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, eb, 0.0), mask=mp)
 
     @triton.jit
@@ -192,6 +206,7 @@ if HAS_TRITON:
             tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
             if EXPECT:
                 acc = tl.zeros([C_PAD], tl.float64)
+                wsum = tl.zeros([C_PAD], tl.float64)
                 for k0 in range(0, K, K_BLK):
                     x, j, mk = _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
                                      ms_ptr, ok, oc, op, mc, mp, True, HAS_MIN)
@@ -201,6 +216,8 @@ if HAS_TRITON:
                     w = tl.exp(tl.maximum(x + prev[:, :, None], MASK_K) - alpha[None, None, :])
                     w = tl.where((x > -1e29) & (prev[:, :, None] > -1e29), w, 0.0)
                     acc += tl.sum(tl.sum(w * (ea[:, :, None] + tl.where(x > -1e29, x, 0.0)), 0), 0)
+                    wsum += tl.sum(tl.sum(w, 0), 0)
+                acc = _normalised(acc, wsum)
                 tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
 
     @triton.jit
@@ -232,6 +249,7 @@ if HAS_TRITON:
             tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
             if EXPECT:
                 acc = tl.zeros([C1_PAD], tl.float64)
+                vsum = tl.zeros([C1_PAD], tl.float64)
                 for k0 in range(0, K, K_BLK):
                     x, j, mk = _tile(s, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
                                      ms_ptr, ok, oc, op, mc, mp, False, HAS_MIN)
@@ -241,6 +259,8 @@ if HAS_TRITON:
                     v = tl.exp(tl.maximum(x + nxt[:, None, :], MASK_K) - beta[None, :, None])
                     v = tl.where((x > -1e29) & (nxt[:, None, :] > -1e29), v, 0.0)
                     acc += tl.sum(tl.sum(v * (eb[:, None, :] + tl.where(x > -1e29, x, 0.0)), 2), 0)
+                    vsum += tl.sum(tl.sum(v, 2), 0)
+                acc = _normalised(acc, vsum)
                 tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, acc, 0.0), mask=mp)
 
 
