@@ -785,11 +785,13 @@ def semi_crf_streaming_entropy(
     pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
-    Two paths: when no input requires a gradient (or under ``torch.no_grad()``: uncertainty for
-    active learning, monitoring), CUDA tensors with a (C, C) transition take the engine: one
-    forward + backward of its float32 kernels, ``E[score]`` from its marginals (so about the
-    accuracy of the engine's log Z). With a gradient, or elsewhere, the float64
-    expectation-semiring recurrences (dense kernels on CUDA, PyTorch on the CPU).
+    Paths: CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
+    gradient (or under ``torch.no_grad()``: uncertainty for active learning, monitoring) one
+    forward + backward, ``E[score]`` from its marginals (about the accuracy of the engine's
+    log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
+    recurrences, then weighted marginals). Elsewhere ((K, C, C) transitions, the CPU, rings
+    too large for registers) the float64 expectation-semiring recurrences (dense kernels on
+    CUDA, PyTorch on the CPU).
 
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
 
