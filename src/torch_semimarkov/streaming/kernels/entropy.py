@@ -586,6 +586,32 @@ if HAS_TRITON:
         tl.store(out_ptr + b * NA + j, H)
 
     @triton.jit
+    def _wseg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
+                    me_b, C, A, HAS_MASK: tl.constexpr):
+        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg``, the
+        factor ``log P_seg + H - hU_s - hY_{s+k}`` and which of them are allowed."""
+        vk = vk0 & (k <= L - s)
+        m2 = vk[:, None] & mc[None, :]
+        ok2 = m2
+        if HAS_MASK:
+            me = tl.load(me_b + s * C + oc, mask=mc, other=0)
+            ok2 = m2 & (k[:, None] <= (me - s)[None, :])
+        lzs = anchor_log_z(anc_b, s, L, A)
+        hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
+        wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+        huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+        fs = tl.load(f_b + s)
+        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0)
+        gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+        oyk = tl.load(oy_b + s + k, mask=vk, other=0.0)
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+        z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
+        fac = z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
+        return z, fac, ok2
+
+    @triton.jit
     def _entropy_marginals_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (C, C)
@@ -613,6 +639,7 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
         me_ptr=None,
         HAS_MASK: tl.constexpr = False,
+        ONE_KB: tl.constexpr = False,
     ):
         """``_shared_factored_kernel`` with every marginal mu weighted by
         ``log mu + H - h_prefix - h_suffix`` (Q = sum mu · factor); the transition term at s >= 1
@@ -642,6 +669,7 @@ if HAS_TRITON:
         qend_b = qend_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
         cum_b = cum_ptr + b * s_cum_b
+        me_b = me_ptr + b * s_a_b if HAS_MASK else cum_b
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
         m2c = mc[:, None] & mc[None, :]
@@ -667,33 +695,28 @@ if HAS_TRITON:
             vk0 = k <= K
             dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
             acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            # every position's rows are loaded one iteration early (they do not depend on the
+            # loop): the loads' latency overlaps the previous position's arithmetic
+            z_n, fac_n, ok2_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b,
+                                             hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
             for s in range(s0, s1):
-                vk = vk0 & (k <= L - s)
-                m2 = vk[:, None] & mc[None, :]
-                ok2 = m2
-                if HAS_MASK:
-                    me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
-                    ok2 = m2 & (k[:, None] <= (me - s)[None, :])
-                lzs = anchor_log_z(anc_b, s, L, A)
-                hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
-                wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-                huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
-                fs = tl.load(f_b + s)
-                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
-                hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0)
-                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
-                oyk = tl.load(oy_b + s + k, mask=vk, other=0.0)
-                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
-                z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
+                z = z_n
+                fac = fac_n
+                ok2 = ok2_n
+                z_n, fac_n, ok2_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b,
+                                                 w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
                 p = tl.where(ok2, tl.exp(z), 0.0)
-                fac = z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
                 q = tl.where(p > 0, p * fac, 0.0)
                 acc += q
-                pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
-                tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
-                qst = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
-                tl.store(qst_b + s * C + oc, qst + tl.sum(q, 0), mask=mc)
+                if ONE_KB:
+                    # one duration block: this iteration's sums are the whole rows
+                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                    tl.store(qst_b + s * C + oc, tl.sum(q, 0), mask=mc)
+                else:
+                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+                    qst = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(qst_b + s * C + oc, qst + tl.sum(q, 0), mask=mc)
             tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
         tl.debug_barrier()
 
@@ -854,7 +877,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         hanc_ptr=H, a_ptr=alpha_hat, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, h_ptr=h, hu_ptr=hu, oh_ptr=oh,
         hy_ptr=hy, oy_ptr=oy, pst_ptr=p_start, qst_ptr=q_start, qend_ptr=q_end, wtr_ptr=wtr, wdb_ptr=wdb, C=C,
         K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C,
-        C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64, **mask_me)
+        C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64,
+        ONE_KB=K_eff <= plan.k_block, **mask_me)
     q_tr = wtr.sum(1).double()
     q_db = wdb.sum(1).double()
     for t in (q_start, q_end, q_tr, q_db):

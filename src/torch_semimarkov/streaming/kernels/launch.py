@@ -271,6 +271,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
+                                          ONE_KB=K_eff <= plan.k_block,
                                           **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
         # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
         g_tr = wtr.sum(1).double()

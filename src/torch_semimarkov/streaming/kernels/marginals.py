@@ -95,6 +95,26 @@ if HAS_TRITON:
         tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
 
     @triton.jit
+    def _seg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
+        """``log P_seg`` of the segments starting at s with durations k (K_BLOCK, C_PAD) and which
+        of them are allowed (the loads keep the unmasked pattern; a mask's limit only zeroes the
+        disallowed terms)."""
+        vk = vk0 & (k <= L - s)
+        m2 = vk[:, None] & mc[None, :]
+        ok2 = m2
+        if HAS_MASK:
+            me = tl.load(me_b + s * C + oc, mask=mc, other=0)
+            ok2 = m2 & (k[:, None] <= (me - s)[None, :])
+        lzs = anchor_log_z(anc_b, s, L, A)
+        wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+        fs = tl.load(f_b + s)
+        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+        gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+        return xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None], ok2
+
+    @triton.jit
     def _shared_factored_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (C, C)
@@ -127,6 +147,7 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        ONE_KB: tl.constexpr = False,  # K <= K_BLOCK: one duration block
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence.
 
@@ -154,6 +175,7 @@ if HAS_TRITON:
         pend_b = pend_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
         cum_b = cum_ptr + b * s_cum_b
+        me_b = me_ptr + b * s_a_b if HAS_MASK else cum_b
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
         m2c = mc[:, None] & mc[None, :]
@@ -176,27 +198,23 @@ if HAS_TRITON:
             vk0 = k <= K
             dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
             acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            # every position's rows are loaded one iteration early (they do not depend on the
+            # loop): the loads' latency overlaps the previous position's arithmetic
+            z_n, ok2_n = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b,
+                                    x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
             for s in range(s0, s1):
-                vk = vk0 & (k <= L - s)
-                m2 = vk[:, None] & mc[None, :]
-                # the loads keep the unmasked pattern; the limit only zeroes the disallowed terms
-                ok2 = m2
-                if HAS_MASK:
-                    me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
-                    ok2 = m2 & (k[:, None] <= (me - s)[None, :])
-                lzs = anchor_log_z(anc_b, s, L, A)
-                wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-                fs = tl.load(f_b + s)
-                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
-                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
-                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
-                z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
+                z = z_n
+                ok2 = ok2_n
+                z_n, ok2_n = _seg_terms(tl.minimum(s + 1, L - 1), L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
+                                        cum_b, me_b, C, A, HAS_MASK)
                 p = tl.where(ok2, tl.exp(z), 0.0)
                 acc += p
                 # this program alone owns row s; the same threads load and store it
-                pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
-                tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+                if ONE_KB:
+                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                else:
+                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
             tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
         tl.debug_barrier()
 
