@@ -126,14 +126,6 @@ if HAS_TRITON:
         conv = tl.full([], 0, tl.int32)
         delta = tl.sum(tl.zeros([1], tl.float64), 0)
         s = b - 1
-        # the masks' flag and limits, one step early (see the forward's ``_run_chunk``); the
-        # index is clamped into the sequence
-        me_n = tl.full([C_PAD], 2147483647, tl.int32)
-        fl_n = tl.full([], 0, tl.int32)
-        if HAS_MASK:
-            s_in = tl.maximum(tl.minimum(s, L - 1), 0)
-            fl_n = tl.load(fl_b + s_in).to(tl.int32)
-            me_n = tl.load(me_b + s_in * C + oc, mask=mc, other=2147483647)
         while (s >= a) & (conv == 0):
             t = s + 1
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -143,12 +135,11 @@ if HAS_TRITON:
                 ps_s = tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            me = me_n
-            fl = fl_n
+            me = tl.full([C_PAD], 2147483647, tl.int32)
+            fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
-                s_nx = tl.maximum(tl.minimum(s - 1, L - 1), 0)
-                fl_n = tl.load(fl_b + s_nx).to(tl.int32)
-                me_n = tl.load(me_b + s_nx * C + oc, mask=mc, other=2147483647)
+                fl = tl.load(fl_b + s).to(tl.int32)
+                me = tl.load(me_b + s * C + oc, mask=mc, other=2147483647)
             if COMPARE:
                 y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
                 g_ref = tl.sum(tl.load(g_b + t + oj * 0, mask=oj == 0, other=0.0), 0)

@@ -185,14 +185,6 @@ if HAS_TRITON:
         conv = tl.full([], 0, tl.int32)
         delta = tl.sum(tl.zeros([1], tl.float64), 0)
         t = a + 1
-        # the masks' flag and limits are used at the start of a step (they drop ring entries):
-        # they are loaded one step early, so their latency is off the critical path (the index
-        # is clamped into the sequence; a row past b is loaded but never used)
-        ms_n = tl.zeros([C_PAD], dtype=tl.int32)
-        fl_n = tl.full([], 0, tl.int32)
-        if HAS_MASK:
-            fl_n = tl.load(fl_b + a_in).to(tl.int32)
-            ms_n = tl.load(ms_b + tl.minimum(a_in + 1, L) * C + oc, mask=mc, other=0)
         while (t <= b) & (conv == 0):
             s = t - 1
             s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0).to(tl.float32)
@@ -202,13 +194,13 @@ if HAS_TRITON:
                 ps_s = tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_PE:
                 pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            ms = ms_n
-            fl = fl_n
+            ms = tl.zeros([C_PAD], dtype=tl.int32)
+            fl = tl.full([], 0, tl.int32)
             if HAS_MASK:
+                fl = tl.load(fl_b + s).to(tl.int32)
                 # read every step (not only where the flag says it moved): a load that waited
                 # on the flag's would put two memory round trips before the step
-                fl_n = tl.load(fl_b + tl.minimum(t, L)).to(tl.int32)
-                ms_n = tl.load(ms_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0)
+                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
             if COMPARE:
                 u_ref = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
                 a_ref = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
