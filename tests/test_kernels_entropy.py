@@ -123,9 +123,13 @@ def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engin
         torch.testing.assert_close(cpu(run[k].grad).double(), g, atol=2e-4, rtol=1e-4, msg=k)
 
 
-def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch):
+@pytest.mark.parametrize("k_block", [None, 2], ids=["one-duration-block", "duration-blocks-of-2"])
+def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block):
     """T = 30 in chunks of 7 (fix-ups and the repair run), ragged, projections, a forbidden
-    transition and partial labels: the engine's entropy gradient equals the float64 path's."""
+    transition and partial labels: the engine's entropy gradient equals the float64 path's.
+    With duration tiles of 2 the weighted-marginal and anchor kernels take several duration
+    blocks (P_start / Q_start accumulate across them)."""
+    monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", k_block)
     recording = recording_engine(monkeypatch, 7, "_entropy_engine")
     B, T, K, C = 2, 30, 5, 3
     g = torch.Generator().manual_seed(27)
