@@ -44,7 +44,7 @@ if HAS_TRITON:
     from .beta import _fix_suffix_frames
     from .common import log_, possible_shift, row_offset_bounds, window_offset
     from .forward import _fix_prefix_frames
-    from .marginals import _seg_terms, anchor_log_z
+    from .marginals import anchor_log_z
 
     @triton.jit
     def _load_ent_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
@@ -588,16 +588,26 @@ if HAS_TRITON:
     @triton.jit
     def _wseg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
                     me_b, C, A, HAS_MASK: tl.constexpr):
-        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg``
-        (``marginals._seg_terms``), the factor ``log P_seg + H - hU_s - hY_{s+k}`` and which of
-        them are allowed."""
-        z, ok2 = _seg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg``, the
+        factor ``log P_seg + H - hU_s - hY_{s+k}`` and which of them are allowed."""
         vk = vk0 & (k <= L - s)
         m2 = vk[:, None] & mc[None, :]
+        ok2 = m2
+        if HAS_MASK:
+            me = tl.load(me_b + s * C + oc, mask=mc, other=0)
+            ok2 = m2 & (k[:, None] <= (me - s)[None, :])
+        lzs = anchor_log_z(anc_b, s, L, A)
         hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
+        wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
         huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+        fs = tl.load(f_b + s)
+        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
         hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0)
+        gk = tl.load(g_b + s + k, mask=vk, other=0.0)
         oyk = tl.load(oy_b + s + k, mask=vk, other=0.0)
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+        z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
         fac = z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
         return z, fac, ok2
 
