@@ -439,14 +439,22 @@ class _EngineConstrainedLogZ(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .autograd import _scale_grads
         from .kernels import launch
         args, ps, pe, plan, masks, state, has_ps, has_pe = ctx.stash
         marg = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=masks)
-        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
-                has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
-        grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
-        return _scale_grads(args[0], need, grad, *marg) + (None, None)
+        return _engine_input_grads(ctx, args[0], grad, marg, has_ps, has_pe)
+
+
+def _engine_input_grads(ctx, cum_scores, grad, marginals, has_ps, has_pe):
+    """The gradients of an engine autograd Function whose inputs are ``(cum_scores, transition,
+    duration_bias, proj_start, proj_end, inp, engine)``: log Z's gradient map (``_scale_grads``)
+    applied to the engine's marginals ``(p_start, p_end, g_tr, g_db)`` (or any weighted
+    marginals) times ``grad``, whose non-finite entries count as 0."""
+    from .autograd import _scale_grads
+    need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+            has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
+    grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
+    return _scale_grads(cum_scores, need, grad, *marginals) + (None, None)
 
 
 def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
@@ -745,12 +753,9 @@ class _EngineEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .autograd import _scale_grads
         cum, q, has_ps, has_pe = ctx.stash
-        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
-                has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
-        grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
-        return _scale_grads(cum, need, -grad, *q) + (None, None)
+        # dH/dtheta is minus log Z's gradient map applied to the weighted marginals
+        return _engine_input_grads(ctx, cum, -grad, q, has_ps, has_pe)
 
 
 def _entropy_engine(inp: StreamingInputs, lm, bm):
