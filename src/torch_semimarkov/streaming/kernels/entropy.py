@@ -44,7 +44,7 @@ if HAS_TRITON:
     from .beta import _fix_suffix_frames
     from .common import log_, possible_shift, row_offset_bounds, window_offset
     from .forward import _fix_prefix_frames
-    from .marginals import anchor_log_z
+    from .marginals import _seg_terms, anchor_log_z
 
     @triton.jit
     def _load_ent_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
@@ -75,29 +75,33 @@ if HAS_TRITON:
         return tl.where(ok, h - sh, h), F + sh.to(tl.float64)
 
     @triton.jit
-    def _mix_step(xk, vk, hr):
-        """``sum_k rho_k (hr_k - log rho_k)`` per column with ``rho = softmax_k(xk)`` over the
-        valid entries ``vk``, and the log-sum-exp of ``xk``; ``ok`` False where none is valid."""
-        xk = tl.where(vk, xk, MASK)
+    def _mix_step(xk, hr):
+        """``sum_k rho_k (hr_k - log rho_k)`` per column with ``rho = softmax_k(xk)``, and the
+        log-sum-exp of ``xk``; ``ok`` False where no entry is real.
+
+        No select per entry: an entry that is not real sits below -1e29 (the inputs' forbidden
+        values and the rows' impossible ones are the finite IMPOSSIBLE, -1e30, never -inf), so in
+        a column with a real entry its weight ``exp(xk - m)`` is exactly 0 and ``0 * (hr - xk)``
+        is 0 (every term is finite); a column with none is dropped by ``ok``. The same values,
+        bit for bit, as masking each entry, for less work a step."""
         m = tl.max(xk, 0)
-        pk = tl.where(vk, tl.exp(xk - m[None, :]), 0.0)
+        ok = m > -1e29
+        pk = tl.exp(xk - m[None, :])
         z = tl.sum(pk, 0)
-        ok = z > 0
-        zs = tl.where(ok, z, 1.0)
-        lz = log_(zs)
-        h = tl.sum(tl.where(vk, pk * (hr - xk + m[None, :]), 0.0), 0) / zs + lz
-        return h, m + lz, ok
+        lz = log_(z)
+        h = tl.sum(pk * (hr - xk + m[None, :]), 0) / z + lz
+        return tl.where(ok, h, 0.0), tl.where(ok, m + lz, MASK), ok
 
     @triton.jit
     def _pick_step(x, hv):
-        """``sum_j p_j (hv_j - log p_j)`` per row of x (softmax over the fast axis j)."""
+        """``sum_j p_j (hv_j - log p_j)`` per row of x (softmax over the fast axis j); entries
+        that are not real weigh exactly 0 (see ``_mix_step``)."""
         mx = tl.max(x, 1)
         ok = mx > -1e29
         ex = tl.exp(x - mx[:, None])
         z = tl.sum(ex, 1)
-        zs = tl.where(ok, z, 1.0)
-        lz = mx + log_(zs)
-        h = tl.sum(tl.where(ex > 0, ex * (hv[None, :] - (x - lz[:, None])), 0.0), 1) / zs
+        lz = mx + log_(z)
+        h = tl.sum(ex * (hv[None, :] - (x - lz[:, None])), 1) / z
         return tl.where(ok, h, 0.0), ok
 
     @triton.jit
@@ -174,10 +178,9 @@ if HAS_TRITON:
             drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
                            other=MASK).to(tl.float32)
             xk = ring + drot + (rfr - fs).to(tl.float32)[:, None]
-            vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
-                vk = vk & ((t - kj)[:, None] >= ms[None, :])
-            hn, _, okn = _mix_step(xk, vk, hr + (hfr - Fh).to(tl.float32)[:, None])
+                xk = tl.where((t - kj)[:, None] >= ms[None, :], xk, MASK)
+            hn, _, okn = _mix_step(xk, hr + (hfr - Fh).to(tl.float32)[:, None])
             h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
             if COMPARE:
                 lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
@@ -375,10 +378,9 @@ if HAS_TRITON:
             drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
                            other=MASK).to(tl.float32)
             xk = ring + drot + (rfr - gt).to(tl.float32)[:, None]
-            vk = vj[:, None] & mc[None, :] & (xk > -1e29)
             if HAS_MASK:
-                vk = vk & ((s + kj)[:, None] <= me[None, :])
-            hv, lse, okv = _mix_step(xk, vk, hr + (hfr - Gh).to(tl.float32)[:, None])
+                xk = tl.where((s + kj)[:, None] <= me[None, :], xk, MASK)
+            hv, lse, okv = _mix_step(xk, hr + (hfr - Gh).to(tl.float32)[:, None])
             # V_s(c) in frame G_t: its differences over c pick the segment's label
             v = lse - (s_s - s_ref)
             if HAS_PS:
@@ -586,30 +588,17 @@ if HAS_TRITON:
         tl.store(out_ptr + b * NA + j, H)
 
     @triton.jit
-    def _wseg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
+    def _wseg_terms(s, L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
                     me_b, C, A, HAS_MASK: tl.constexpr):
-        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg``, the
-        factor ``log P_seg + H - hU_s - hY_{s+k}`` and which of them are allowed."""
-        vk = vk0 & (k <= L - s)
-        m2 = vk[:, None] & mc[None, :]
-        ok2 = m2
-        if HAS_MASK:
-            me = tl.load(me_b + s * C + oc, mask=mc, other=0)
-            ok2 = m2 & (k[:, None] <= (me - s)[None, :])
-        lzs = anchor_log_z(anc_b, s, L, A)
+        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg`` (below
+        -1e29 where not allowed, as in ``marginals._seg_terms``) and the factor
+        ``log P_seg + H - hU_s - hY_{s+k}`` (finite everywhere)."""
+        z, ok2 = _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
         hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
-        wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
         huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
-        fs = tl.load(f_b + s)
-        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
-        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0)
-        gk = tl.load(g_b + s + k, mask=vk, other=0.0)
-        oyk = tl.load(oy_b + s + k, mask=vk, other=0.0)
-        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
-        z = xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None]
-        fac = z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
-        return z, fac, ok2
+        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0)
+        oyk = tl.load(oy_b + s + k, mask=k <= L - s, other=0.0)
+        return z, z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
 
     @triton.jit
     def _entropy_marginals_kernel(
@@ -697,16 +686,16 @@ if HAS_TRITON:
             acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
             # every position's rows are loaded one iteration early (they do not depend on the
             # loop): the loads' latency overlaps the previous position's arithmetic
-            z_n, fac_n, ok2_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b,
-                                             hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
+            z_n, fac_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, hanc_b,
+                                     oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
             for s in range(s0, s1):
                 z = z_n
                 fac = fac_n
-                ok2 = ok2_n
-                z_n, fac_n, ok2_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, k, vk0, dbv, oc, mc, anc_b, hanc_b, oh_b,
-                                                 w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
-                p = tl.where(ok2, tl.exp(z), 0.0)
-                q = tl.where(p > 0, p * fac, 0.0)
+                z_n, fac_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b,
+                                         w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
+                # a segment that is not allowed has p exactly 0 and a finite factor: q exactly 0
+                p = tl.exp(z)
+                q = p * fac
                 acc += q
                 if ONE_KB:
                     # one duration block: this iteration's sums are the whole rows
@@ -744,7 +733,8 @@ if HAS_TRITON:
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
 
-#: Warps of the two entropy recurrences (None: the plan's); benchmarks/GPU_NOTES.md says why.
+#: Warps of the two entropy recurrences (None: :func:`entropy_warps`); benchmarks/GPU_NOTES.md
+#: says why.
 ENTROPY_WARPS = None
 
 #: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
@@ -754,6 +744,20 @@ ENTROPY_STREAMS = True
 #: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's
 #: chunks).
 ENTROPY_PROGRAMS_PER_SM = None
+
+
+def entropy_warps(plan) -> int:
+    """Warps of the two entropy recurrences: the fewest whose register budget
+    (:data:`~.plan.REG_RING_ELEMENTS`) holds the (K_PAD, C_PAD) ring, from 2 (the log Z kernels
+    start from 4). Their steps do about twice the forward's work per ring entry, and fewer warps
+    halve the cross-warp reductions; below the budget (a ring of 4096 entries on 2 warps) the
+    registers spill. On an H200 this took the recurrences' share of an entropy with its gradient
+    at (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
+    from .plan import REG_RING_ELEMENTS
+    if ENTROPY_WARPS is not None:
+        return ENTROPY_WARPS
+    ring = plan.k_pad * plan.c_pad
+    return next((w for w in (2, 4, 8, 16) if ring <= REG_RING_ELEMENTS[w]), 16)
 
 
 def entropy_chunk(B: int, T: int, K_eff: int, plan, device) -> int:
@@ -799,7 +803,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     mask_fwd = {} if masks is None else dict(ms_ptr=masks[0], HAS_MASK=True)
     mask_bwd = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     mask_me = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
-    meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=ENTROPY_WARPS or plan.num_warps,
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=entropy_warps(plan),
                 IDX64=plan.idx64)
     # the entropy recurrences' own chunks (their rows carry their own offsets)
     We = entropy_chunk(B, T, K_eff, plan, dev)

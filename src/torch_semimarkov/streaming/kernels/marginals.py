@@ -95,23 +95,30 @@ if HAS_TRITON:
         tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
 
     @triton.jit
-    def _seg_terms(s, L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
-        """``log P_seg`` of the segments starting at s with durations k (K_BLOCK, C_PAD) and which
-        of them are allowed (the loads keep the unmasked pattern; a mask's limit only zeroes the
-        disallowed terms)."""
-        vk = vk0 & (k <= L - s)
-        m2 = vk[:, None] & mc[None, :]
-        ok2 = m2
+    def _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK: tl.constexpr):
+        """(C_PAD,) the longest allowed duration of a segment starting at s, per label (0 for a
+        padded label): the sequence's end, K and a mask's limit, so that one compare per entry
+        of a (K_BLOCK, C_PAD) tile says which segments are allowed, masked or not."""
+        lim = tl.where(mc, tl.minimum(L - s, K), 0)
         if HAS_MASK:
-            me = tl.load(me_b + s * C + oc, mask=mc, other=0)
-            ok2 = m2 & (k[:, None] <= (me - s)[None, :])
+            lim = tl.minimum(lim, tl.load(me_b + s * C + oc, mask=mc, other=0) - s)
+        return lim
+
+    @triton.jit
+    def _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
+        """``log P_seg`` of the segments starting at s with durations k (K_BLOCK, C_PAD): below
+        -1e29 where a segment is not allowed (past the sequence's end or K, or a mask's limit:
+        its rows are not loaded), so that ``exp`` gives exactly 0 there with no select (every
+        value is finite: forbidden inputs are IMPOSSIBLE = -1e30, never -inf). Also returns which
+        entries are allowed."""
+        ok2 = k[:, None] <= _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK)[None, :]
         lzs = anchor_log_z(anc_b, s, L, A)
         wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
         fs = tl.load(f_b + s)
-        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
-        gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=MASK)
+        gk = tl.load(g_b + s + k, mask=k <= L - s, other=0.0)
         s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0) - s_s[None, :]).to(tl.float32)
         return xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None], ok2
 
     @triton.jit
@@ -200,14 +207,13 @@ if HAS_TRITON:
             acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
             # every position's rows are loaded one iteration early (they do not depend on the
             # loop): the loads' latency overlaps the previous position's arithmetic
-            z_n, ok2_n = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b,
-                                    x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+            z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
+                                x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
             for s in range(s0, s1):
                 z = z_n
-                ok2 = ok2_n
-                z_n, ok2_n = _seg_terms(tl.minimum(s + 1, L - 1), L, k, vk0, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
-                                        cum_b, me_b, C, A, HAS_MASK)
-                p = tl.where(ok2, tl.exp(z), 0.0)
+                z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
+                                    cum_b, me_b, C, A, HAS_MASK)
+                p = tl.exp(z)
                 acc += p
                 # this program alone owns row s; the same threads load and store it
                 if ONE_KB:
