@@ -155,3 +155,18 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, 
     torch.testing.assert_close(cpu(H).double(), want, atol=1e-3, rtol=1e-5)
     for k, gr in grads.items():
         torch.testing.assert_close(cpu(run[k].grad).double(), gr, atol=2e-4, rtol=1e-4, msg=k)
+
+
+def test_entropy_recurrences_take_the_fewest_warps_that_hold_their_ring(monkeypatch):
+    """2 warps for a 64 x 32 ring (the log Z kernels take 4), 4 for 128 x 32 (on 2 the entropy
+    steps spill registers), 8 for 256 x 32; ENTROPY_WARPS overrides the rule."""
+    pytest.importorskip("triton")
+    from torch_semimarkov.streaming.kernels import entropy as ek
+
+    def warps(K, C):
+        return ek.entropy_warps(plan_mod.masked_plan(1, 100_000, K, C))
+
+    assert (warps(64, 24), warps(50, 32), warps(100, 24), warps(200, 24)) == (2, 2, 4, 8)
+    assert warps(16, 8) == 2
+    monkeypatch.setattr(ek, "ENTROPY_WARPS", 8)
+    assert warps(64, 24) == 8
