@@ -82,8 +82,9 @@ if HAS_TRITON:
         No select per entry: an entry that is not real sits below -1e29 (the inputs' forbidden
         values and the rows' impossible ones are the finite IMPOSSIBLE, -1e30, never -inf), so in
         a column with a real entry its weight ``exp(xk - m)`` is exactly 0 and ``0 * (hr - xk)``
-        is 0 (every term is finite); a column with none is dropped by ``ok``. The same values,
-        bit for bit, as masking each entry, for less work a step."""
+        is 0 (every term is finite); a column with none is dropped by ``ok``. The same values as
+        masking each entry (up to how the compiler fuses the arithmetic: float32 rounding), for
+        less work a step."""
         m = tl.max(xk, 0)
         ok = m > -1e29
         pk = tl.exp(xk - m[None, :])
@@ -753,11 +754,8 @@ def entropy_warps(plan) -> int:
     halve the cross-warp reductions; below the budget (a ring of 4096 entries on 2 warps) the
     registers spill. On an H200 this took the recurrences' share of an entropy with its gradient
     at (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
-    from .plan import REG_RING_ELEMENTS
-    if ENTROPY_WARPS is not None:
-        return ENTROPY_WARPS
-    ring = plan.k_pad * plan.c_pad
-    return next((w for w in (2, 4, 8, 16) if ring <= REG_RING_ELEMENTS[w]), 16)
+    from .plan import ring_warps
+    return ENTROPY_WARPS if ENTROPY_WARPS is not None else ring_warps(plan.k_pad, plan.c_pad, fewest=2)
 
 
 def entropy_chunk(B: int, T: int, K_eff: int, plan, device) -> int:

@@ -90,6 +90,12 @@ def tile_sizes(C: int, K_eff: int):
     return c_pad, k_block
 
 
+def ring_warps(k_pad: int, c_pad: int, fewest: int = 4) -> int:
+    """The fewest warps, from ``fewest``, whose register budget (:data:`REG_RING_ELEMENTS`) holds a
+    (K_PAD, C_PAD) ring (16 where none does)."""
+    return next((w for w in (1, 2, 4, 8, 16) if w >= fewest and k_pad * c_pad <= REG_RING_ELEMENTS[w]), 16)
+
+
 def use_register_ring(C: int, K_eff: int, num_warps: int, B: int = 1) -> bool:
     """Register ring for a small (K_PAD, C_PAD) ring; the memory ring for large rings and for
     large batches of large rings (register pressure then costs more occupancy than it saves)."""
@@ -196,7 +202,7 @@ def make_plan(
         limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} and K_PAD x C_PAD <= {DUR_PARALLEL_ELEMENTS} for a (K, C, C) transition"
     else:
         if par_warps is None:
-            par_warps = next((w for w in (4, 8, 16) if k_pad * c_pad <= REG_RING_ELEMENTS[w]), 16)
+            par_warps = ring_warps(k_pad, c_pad)
         supported = use_register_ring(C, K_eff, par_warps, 1)
         limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
     if time_parallel is None:
@@ -240,5 +246,5 @@ def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device
         return None
     if p.time_parallel:
         return p
-    warps = next((w for w in (4, 8, 16) if p.k_pad * p.c_pad <= REG_RING_ELEMENTS[w]), 16)
+    warps = ring_warps(p.k_pad, p.c_pad)
     return dataclasses.replace(p, kind="reg", time_parallel=True, chunk=max(T, 1), n_chunks=1, num_warps=warps)
