@@ -1,37 +1,150 @@
 """Gene predictions as GFF3, and reading CDS features back from GFF3 or GTF (e.g. AUGUSTUS output).
 
-GFF3 written here: per gene a ``gene`` line, an ``mRNA`` line (``Parent`` = the gene) and one
-``CDS`` line per coding exon (``Parent`` = the mRNA), 1-based inclusive coordinates, seqid = the
-record's (LOCUS) name, and the CDS phase column (bases to skip to reach the next codon start). A
-complete gene also gets ``start_codon`` and ``stop_codon`` lines (the stop codon lies outside the
-CDS); a partial one (cut by the sequence's edge) does not.
+GFF3 written by :func:`write_gff3`, per predicted gene (one transcript), in 1-based inclusive
+coordinates with seqid = the record's (LOCUS / FASTA) name:
+
+* a ``gene`` line; an ``mRNA`` line (``Parent`` = the gene); per coding exon, 5' to 3' along the
+  transcript, an ``exon`` line and a line of the transcript's ``CDS`` feature (one ``ID`` shared by
+  all its lines, as the GFF3 specification writes a discontinuous feature; ``Parent`` = the mRNA;
+  column 8 = the phase, the bases to skip to reach the next codon start); ``start_codon`` and
+  ``stop_codon`` lines (``Parent`` = the mRNA) where the gene has them.
+* The CDS excludes the stop codon (as the annotation of the tutorial data does). The stop codon
+  follows the CDS, and the gene, the mRNA and the 3'-most exon include it, so every feature lies
+  inside its parent. No UTRs are predicted: an exon is its CDS piece (plus the stop codon).
+  A start codon split by an intron is one ``start_codon`` feature of several lines.
+* Column 6 of the ``exon`` and ``CDS`` lines holds the exon's score from ``exon_scores`` (e.g. its
+  posterior probability from the model's marginals), ``.`` where none is given.
+
+**Partial genes.** A gene is open at its 5' end when its CDS does not begin with a whole start codon
+and at its 3' end when no stop codon follows it (a gene cut by the sequence's edge). An end is open
+when
+
+* 5': the gene's ``first_phase`` is not 0 (the CDS begins inside a codon);
+* 3': the CDS length plus ``first_phase`` is not a multiple of 3, or the stop codon would lie
+  outside the sequence (``lengths`` or ``sequences`` give the sequence's length);
+* with ``sequences``: its codon is missing (the CDS does not begin with ATG; no TAA, TAG or TGA
+  follows it), whatever the gene's ``partial`` flag;
+* otherwise, for a gene whose ``partial`` flag is set: its 5' end when the gene touches the
+  sequence's 5' edge (position 0 on the + strand, the last base on the - strand) and, when none of
+  the rules above tells which end is open, both ends.
+
+An open end gets no ``start_codon`` / ``stop_codon`` line, and is marked as NCBI's GFF3 files mark
+partial features (accepted by GenomeTools' ``gt gff3validator``, and read by NCBI's table2asn and
+GFF3 readers that follow it): ``partial=true`` on the gene, the mRNA and the CDS (all its lines),
+and on the features that reach the open end ``start_range=.,<start>`` (open at the left, the lower
+coordinate: the 5' end of a + strand gene, the 3' end of a - strand gene) or ``end_range=<end>,.``
+(open at the right), ``.`` standing for the unknown coordinate beyond the sequence's edge.
+:func:`read_cds` reads these marks back as ``Gene.partial``.
+
+Feature IDs are ``<seqid>.<gene id>`` (the gene id alone when it begins with ``<seqid>.``), ``.t1``
+for the mRNA, ``.t1.exon<n>``, ``.t1.cds``, ``.t1.start_codon``, ``.t1.stop_codon``; they must be
+unique in the file. Characters that GFF3 reserves are %-escaped (seqid: all but
+``[a-zA-Z0-9.:^*$@!+_?|-]``; attribute values: ``;=&,%``, tab, newlines and control characters).
 
 Example:
     >>> import io
     >>> from torch_semimarkov.genomics.records import Exon, Gene
     >>> buf = io.StringIO()
-    >>> write_gff3(buf, {"locus1": [Gene("g1", "+", (Exon(0, 5), Exon(9, 13)))]})
-    >>> buf.getvalue().strip().splitlines()[-1].split(chr(9))
-    ['locus1', 'torch-semimarkov', 'CDS', '10', '13', '.', '+', '1', 'ID=locus1.g1.t1.cds2;Parent=locus1.g1.t1']
+    >>> write_gff3(buf, {"locus1": [Gene("g1", "+", (Exon(0, 5), Exon(9, 13)))]},
+    ...            exon_scores={"locus1": [[0.5, 0.25]]})
+    >>> [line.split(chr(9))[2:6] for line in buf.getvalue().splitlines()[1:]]     # doctest: +NORMALIZE_WHITESPACE
+    [['gene', '1', '16', '.'], ['mRNA', '1', '16', '.'], ['start_codon', '1', '3', '.'],
+     ['exon', '1', '5', '0.5'], ['CDS', '1', '5', '0.5'], ['exon', '10', '16', '0.25'],
+     ['CDS', '10', '13', '0.25'], ['stop_codon', '14', '16', '.']]
+    >>> buf.getvalue().splitlines()[7].split(chr(9))[7:]
+    ['1', 'ID=locus1.g1.t1.cds;Parent=locus1.g1.t1']
     >>> _ = buf.seek(0)
     >>> read_cds(buf)["locus1"][0].exons
     (Exon(start=0, end=5), Exon(start=9, end=13))
+
+    A gene cut by the sequence's end (its CDS is not a whole number of codons):
+
+    >>> buf = io.StringIO()
+    >>> write_gff3(buf, {"s": [Gene("g1", "+", (Exon(20, 30),), partial=True)]}, lengths={"s": 30})
+    >>> buf.getvalue().splitlines()[2].split(chr(9))[3:]
+    ['21', '30', '.', '+', '.', 'ID=s.g1;partial=true;end_range=30,.']
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import re
 from collections import OrderedDict
-from typing import Dict, IO, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Dict, IO, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import unquote
 
-from .records import Exon, Gene
+from .records import STOP_CODONS, Exon, Gene
 
 __all__ = ["write_gff3", "read_cds"]
+
+_SEQID_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:^*$@!+_?|-")
+_ATTR_RESERVED = frozenset(";=&,%\t\n\r")
+_COMP = str.maketrans("ACGTacgt", "TGCAtgca")
+
+
+def _pct(ch: str) -> str:
+    return "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
+
+
+def _escape_seqid(text: str) -> str:
+    return "".join(ch if ch in _SEQID_SAFE else _pct(ch) for ch in text)
+
+
+def _escape_value(text: str) -> str:
+    return "".join(_pct(ch) if ch in _ATTR_RESERVED or ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(text))
 
 
 def _attrs(**kv) -> str:
     return ";".join(f"{k}={v}" for k, v in kv.items() if v is not None)
+
+
+def _score(value) -> str:
+    if value is None:
+        return "."
+    value = float(value)
+    return f"{value:.6g}" if math.isfinite(value) else "."
+
+
+def _rc(seq: str) -> str:
+    return seq.translate(_COMP)[::-1]
+
+
+def _first_bases(gene: Gene, n: int = 3) -> List[Tuple[int, int]]:
+    """Genomic pieces ``(a, b)`` of the first ``n`` CDS bases in transcript order (a codon split by an intron)."""
+    pieces, left = [], n
+    for ex in gene.transcript_order():
+        take = min(left, len(ex))
+        pieces.append((ex.start, ex.start + take) if gene.strand == "+" else (ex.end - take, ex.end))
+        left -= take
+        if left == 0:
+            break
+    return pieces
+
+
+def _stop_span(gene: Gene) -> Tuple[int, int]:
+    return (gene.end, gene.end + 3) if gene.strand == "+" else (gene.start - 3, gene.start)
+
+
+def _read(seq: str, strand: str, pieces: Sequence[Tuple[int, int]]) -> str:
+    """The bases of ``pieces`` (in transcript order) as the transcript reads them."""
+    return "".join(seq[a:b] if strand == "+" else _rc(seq[a:b]) for a, b in pieces).upper()
+
+
+def _open_ends(gene: Gene, length: Optional[int], seq: Optional[str]) -> Tuple[bool, bool]:
+    """(5' end open, 3' end open) by the rules of the module docstring."""
+    five = gene.first_phase % 3 != 0 or gene.cds_length < 3
+    three = (gene.first_phase + gene.cds_length) % 3 != 0
+    a, b = _stop_span(gene)
+    if a < 0 or (length is not None and b > length):
+        three = True
+    if seq is not None:
+        five = five or _read(seq, gene.strand, _first_bases(gene)) != "ATG"
+        three = three or _read(seq, gene.strand, [(a, b)]) not in STOP_CODONS
+    if gene.partial and not (five or three):
+        at_edge = gene.start == 0 if gene.strand == "+" else (length is not None and gene.end == length)
+        five, three = (True, False) if at_edge else (True, True)
+    return five, three
 
 
 def write_gff3(
@@ -40,49 +153,115 @@ def write_gff3(
     source: str = "torch-semimarkov",
     lengths: Optional[Mapping[str, int]] = None,
     header: Sequence[str] = (),
+    exon_scores: Optional[Mapping[str, Sequence[Optional[Sequence[Optional[float]]]]]] = None,
+    sequences: Optional[Mapping[str, str]] = None,
 ) -> None:
-    """Write genes per sequence as GFF3.
+    """Write genes per sequence as GFF3 (the layout, IDs and partial marks: see the module docstring).
 
     Args:
         out: a path or an open text file.
         predictions: ``{seqid: [Gene, ...]}`` in the order to write (seqid = LOCUS / FASTA name).
         source: the GFF source column.
-        lengths: optional ``{seqid: length}`` for ``##sequence-region`` lines.
+        lengths: optional ``{seqid: length}``: ``##sequence-region`` lines (for lengths >= 1), and
+            the sequence's end for the partial marks. A gene past the end raises ``ValueError``.
         header: extra comment lines (without the leading ``#``), e.g. the command that made the file.
+        exon_scores: optional ``{seqid: [scores of gene 0, scores of gene 1, ...]}``, parallel to
+            ``predictions``; a gene's scores are one number per exon in the order of
+            ``gene.exons`` (genomic order), or ``None`` for none. Written to column 6 of the exon's
+            ``exon`` and ``CDS`` lines (6 significant digits; ``.`` for ``None``, NaN and inf),
+            e.g. the exon's posterior probability. Sequences or genes without scores get ``.``.
+        sequences: optional ``{seqid: DNA}``: with it the start and stop codons are checked in the
+            sequence for the partial marks (and its length stands in for a missing ``lengths``).
+
+    Raises:
+        ValueError: a gene outside its sequence, a feature ID used twice, or ``exon_scores`` whose
+            shape does not match ``predictions``.
     """
     if isinstance(out, str):
         with open(out, "w") as f:
-            return write_gff3(f, predictions, source, lengths, header)
+            return write_gff3(f, predictions, source, lengths, header, exon_scores, sequences)
+    src = _escape_value(source) or "."
     out.write("##gff-version 3\n")
     for line in header:
-        out.write(f"# {line}\n")
+        for part in str(line).splitlines() or [""]:
+            out.write(f"# {part}\n")
+    seen: Dict[str, str] = {}
+
+    def new_id(fid: str, where: str) -> str:
+        if fid in seen:
+            raise ValueError(f"GFF3 feature ID {fid!r} of {where} is already used by {seen[fid]}: gene ids must be unique")
+        seen[fid] = where
+        return _escape_value(fid)
+
     for seqid, genes in predictions.items():
-        if lengths is not None and seqid in lengths:
-            out.write(f"##sequence-region {seqid} 1 {lengths[seqid]}\n")
-        for gene in genes:
-            # GFF3 IDs are unique per file: prefix per-sequence gene ids with the seqid
-            gid = gene.id if gene.id.startswith(seqid) else f"{seqid}.{gene.id}"
-            tid = f"{gid}.t1"
-            start, end = gene.start + 1, gene.end
-            out.write(f"{seqid}\t{source}\tgene\t{start}\t{end}\t.\t{gene.strand}\t.\t{_attrs(ID=gid)}\n")
-            out.write(f"{seqid}\t{source}\tmRNA\t{start}\t{end}\t.\t{gene.strand}\t.\t{_attrs(ID=tid, Parent=gid)}\n")
-            if not gene.partial:
-                five, three = (gene.exons[0], gene.exons[-1]) if gene.strand == "+" else (gene.exons[-1], gene.exons[0])
-                if gene.strand == "+":
-                    codons = ((five.start, min(five.start + 3, five.end)), (three.end, three.end + 3))
-                else:
-                    codons = ((max(five.end - 3, five.start), five.end), (three.start - 3, three.start))
-                for kind, (a, b) in zip(("start_codon", "stop_codon"), codons):
-                    out.write(f"{seqid}\t{source}\t{kind}\t{a + 1}\t{b}\t.\t{gene.strand}\t0\t{_attrs(Parent=tid)}\n")
-            phases = gene.entry_phases()
-            order = range(len(gene.exons)) if gene.strand == "+" else range(len(gene.exons) - 1, -1, -1)
-            for n, idx in enumerate(order):
-                ex, entry = gene.exons[idx], phases[idx]
-                phase = (3 - entry) % 3
-                out.write(
-                    f"{seqid}\t{source}\tCDS\t{ex.start + 1}\t{ex.end}\t.\t{gene.strand}\t{phase}\t"
-                    f"{_attrs(ID=f'{tid}.cds{n + 1}', Parent=tid)}\n"
-                )
+        genes = list(genes)
+        seq = None if sequences is None else sequences.get(seqid)
+        length = lengths.get(seqid) if lengths is not None else None
+        if length is None and seq is not None:
+            length = len(seq)
+        scores = None if exon_scores is None else exon_scores.get(seqid)
+        if scores is not None and len(scores) != len(genes):
+            raise ValueError(f"exon_scores[{seqid!r}] has {len(scores)} entries for {len(genes)} genes")
+        sid = _escape_seqid(seqid)
+        if lengths is not None and lengths.get(seqid) is not None and lengths[seqid] >= 1:
+            out.write(f"##sequence-region {sid} 1 {int(lengths[seqid])}\n")
+        for gi, gene in enumerate(genes):
+            gscores = None if scores is None else scores[gi]
+            if gscores is not None and len(gscores) != len(gene.exons):
+                raise ValueError(f"exon_scores[{seqid!r}][{gi}] has {len(gscores)} scores for the "
+                                 f"{len(gene.exons)} exons of gene {gene.id}")
+            if gene.start < 0 or (length is not None and gene.end > length):
+                raise ValueError(f"gene {gene.id} ({gene.start + 1}..{gene.end}) lies outside sequence {seqid!r} "
+                                 f"of length {length}")
+            _write_gene(out, sid, src, seqid, gene, gscores, length, seq, new_id)
+
+
+def _write_gene(out, sid, src, seqid, gene, gscores, length, seq, new_id) -> None:
+    where = f"gene {gene.id} of {seqid!r}"
+    # GFF3 IDs are unique per file: prefix per-sequence gene ids with the seqid
+    gid = gene.id if gene.id.startswith(f"{seqid}.") else f"{seqid}.{gene.id}"
+    tid = f"{gid}.t1"
+    gid_e, tid_e = new_id(gid, where), new_id(tid, where)
+    cds_e, start_e, stop_e = (new_id(f"{tid}.{x}", where) for x in ("cds", "start_codon", "stop_codon"))
+    five, three = _open_ends(gene, length, seq)
+    partial = "true" if five or three else None
+    left_open, right_open = (five, three) if gene.strand == "+" else (three, five)
+    stop = None if three else _stop_span(gene)
+    # the exons in genomic order, the 3'-most extended by the stop codon; the gene spans them
+    spans = [[ex.start, ex.end] for ex in gene.exons]
+    if stop is not None:
+        if gene.strand == "+":
+            spans[-1][1] = stop[1]
+        else:
+            spans[0][0] = stop[0]
+    lo, hi = spans[0][0], spans[-1][1]
+
+    def ranges(a: int, b: int) -> dict:
+        return {"start_range": f".,{a + 1}" if left_open and a == lo else None,
+                "end_range": f"{b},." if right_open and b == hi else None}
+
+    def line(kind, a, b, score=".", phase=".", **attrs):
+        out.write(f"{sid}\t{src}\t{kind}\t{a + 1}\t{b}\t{score}\t{gene.strand}\t{phase}\t{_attrs(**attrs)}\n")
+
+    line("gene", lo, hi, ID=gid_e, partial=partial, **ranges(lo, hi))
+    line("mRNA", lo, hi, ID=tid_e, Parent=gid_e, partial=partial, **ranges(lo, hi))
+    if not five:
+        done = 0
+        for a, b in _first_bases(gene):
+            line("start_codon", a, b, phase=(3 - done) % 3, ID=start_e, Parent=tid_e)
+            done += b - a
+    phases = gene.entry_phases()
+    order = range(len(gene.exons)) if gene.strand == "+" else range(len(gene.exons) - 1, -1, -1)
+    for n, idx in enumerate(order):
+        ex, (a, b) = gene.exons[idx], spans[idx]
+        score = _score(None if gscores is None else gscores[idx])
+        er = ranges(a, b)
+        line("exon", a, b, score, ID=new_id(f"{tid}.exon{n + 1}", where), Parent=tid_e,
+             partial="true" if any(er.values()) else None, **er)
+        line("CDS", ex.start, ex.end, score, (3 - phases[idx]) % 3, ID=cds_e, Parent=tid_e, partial=partial,
+             **ranges(ex.start, ex.end))
+    if stop is not None:
+        line("stop_codon", stop[0], stop[1], phase=0, ID=stop_e, Parent=tid_e)
 
 
 _GTF_ATTR = re.compile(r'(\S+)\s+"([^"]*)"')
@@ -95,7 +274,7 @@ def _parse_attrs(text: str) -> Dict[str, str]:
         for part in text.split(";"):
             if "=" in part:
                 k, v = part.split("=", 1)
-                out[k.strip()] = v.strip()
+                out[unquote(k.strip())] = unquote(v.strip())
         return out
     return {k: v for k, v in _GTF_ATTR.findall(text)}
 
@@ -107,9 +286,12 @@ def read_cds(
     """CDS features of a GFF3 or GTF file, grouped into transcripts: ``{seqid: [Gene, ...]}``.
 
     A transcript is the ``Parent`` (GFF3) or ``transcript_id`` (GTF) of its CDS lines; its exons are
-    the CDS intervals, converted to 0-based half-open coordinates. When the file has
-    ``start_codon`` / ``stop_codon`` features (AUGUSTUS's GTF, our GFF3), a transcript that lacks
-    either is marked ``partial`` (cut by the sequence's edge), as AUGUSTUS's own evaluation treats it.
+    the CDS intervals, converted to 0-based half-open coordinates. A transcript is marked
+    ``partial`` (cut by the sequence's edge) when its CDS lines carry ``partial=true``,
+    ``start_range`` or ``end_range`` (NCBI's marks, written by :func:`write_gff3`), or when the file
+    has ``start_codon`` / ``stop_codon`` features (AUGUSTUS's GTF, our GFF3) and the transcript
+    lacks either, as AUGUSTUS's own evaluation treats it. GFF3 %-escapes in the seqid and the
+    attribute values are decoded.
 
     Args:
         source: a path (``.gz`` is read compressed), an open file, or lines.
@@ -129,16 +311,17 @@ def read_cds(
             continue
         if sources is not None and cols[1] not in sources:
             continue
-        seqid, strand = cols[0], cols[6]
+        seqid, strand = unquote(cols[0]), cols[6]
         attrs = _parse_attrs(cols[8])
         tid = attrs.get("Parent") or attrs.get("transcript_id") or attrs.get("ID") or f"{seqid}:{cols[3]}"
         key = (seqid, tid)
         if cols[2] != "CDS":
             codons.setdefault(key, set()).add(cols[2])
             continue
-        g = groups.setdefault(key, {"strand": strand, "exons": [], "phases": []})
+        g = groups.setdefault(key, {"strand": strand, "exons": [], "phases": [], "marked": False})
         g["exons"].append(Exon(int(cols[3]) - 1, int(cols[4])))
         g["phases"].append(cols[7])
+        g["marked"] = g["marked"] or attrs.get("partial", "").lower() == "true" or "start_range" in attrs or "end_range" in attrs
     out: Dict[str, List[Gene]] = OrderedDict()
     for (seqid, tid), g in groups.items():
         exons = sorted(set(g["exons"]))
@@ -148,6 +331,6 @@ def read_cds(
         if head[1] in ("0", "1", "2"):
             first = (3 - int(head[1])) % 3
         # with codon features in the file, a transcript without its start or its stop is partial
-        partial = bool(codons) and codons.get((seqid, tid), set()) != {"start_codon", "stop_codon"}
+        partial = g["marked"] or (bool(codons) and codons.get((seqid, tid), set()) != {"start_codon", "stop_codon"})
         out.setdefault(seqid, []).append(Gene(tid, g["strand"], tuple(exons), first, partial))
     return out
