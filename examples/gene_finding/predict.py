@@ -4,9 +4,10 @@
     python examples/gene_finding/predict.py --checkpoint runs/semicrf.pt --input contigs.fa --out pred.gff3
 
 Whole sequences are decoded (Viterbi for the CRFs, argmax for the softmax baseline); on CUDA the
-semi-CRF uses the Triton kernels. The GFF3 has one gene / mRNA / CDS set per predicted gene, seqid =
-the LOCUS (GenBank) or the first word of the header (FASTA); genes cut by a sequence's edge are
-marked partial (``partial=true``, ``start_range`` / ``end_range``; see ``torch_semimarkov.genomics.gff``).
+semi-CRF uses the Triton kernels. The GFF3 has gene / mRNA / exon / CDS (and start / stop codon)
+lines per predicted gene, seqid = the LOCUS (GenBank) or the first word of the header (FASTA); genes
+cut by a sequence's edge or without a start or stop codon in the sequence are marked partial
+(``partial=true``, ``start_range`` / ``end_range``; see ``torch_semimarkov.genomics.gff``).
 
 Input checks (warnings on stderr, naming the file and the record; the good records are predicted):
 an empty file or a file without records (an empty GFF3 is written); an empty record; a record that

@@ -29,8 +29,8 @@ when
   the rules above tells which end is open, both ends.
 
 An open end gets no ``start_codon`` / ``stop_codon`` line, and is marked as NCBI's GFF3 files mark
-partial features (accepted by GenomeTools' ``gt gff3validator``, and read by NCBI's table2asn and
-GFF3 readers that follow it): ``partial=true`` on the gene, the mRNA and the CDS (all its lines),
+partial features (attributes adapted from GVF; GenomeTools' ``gt gff3validator`` accepts them, and
+readers of NCBI's GFF3 look for them): ``partial=true`` on the gene, the mRNA and the CDS (all its lines),
 and on the features that reach the open end ``start_range=.,<start>`` (open at the left, the lower
 coordinate: the 5' end of a + strand gene, the 3' end of a - strand gene) or ``end_range=<end>,.``
 (open at the right), ``.`` standing for the unknown coordinate beyond the sequence's edge.
