@@ -66,30 +66,59 @@ def test_compiled_training_loss_equals_eager_without_recompiling(backend, option
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
-def test_compiled_with_validation_still_raises():
-    """validate=True under compile: the checks run (with graph breaks), bad input still raises."""
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph", "fullgraph"])
+def test_compiled_with_validation_still_raises(fullgraph):
+    """validate=True under compile: the checks are device-side asserts inside the graph (no graph
+    break, so fullgraph=True captures the step), and bad input still raises."""
     model = _Model()
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager")
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
     x, lengths, labels = _batch(20, [20, 11], seed=3)
     assert torch.isfinite(compiled(x, lengths, labels))
     labels[1, 2] = 7  # out of range inside the sequence
-    with pytest.raises(ValueError, match="labels must lie in"):
+    with pytest.raises(RuntimeError, match="labels must lie in"):
         compiled(x, lengths, labels)
+    with pytest.raises(ValueError, match="sequence 1 has label 7 at position 2"):
+        model(x, lengths, labels)  # eagerly: where
 
 
-def test_compiled_with_validation_raises_for_an_infinite_loss():
-    """validate=True under compile: a gold segmentation the model forbids still raises, as in eager."""
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph", "fullgraph"])
+def test_compiled_with_validation_raises_for_an_infinite_loss(fullgraph):
+    """validate=True under compile: a gold segmentation the model forbids still raises (eagerly
+    with the position and the reason)."""
     allowed = torch.ones(3, 3, dtype=torch.bool)
     allowed[0, 1] = False
     model = _Model(allowed_transitions=allowed)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager")
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
     x, lengths, _ = _batch(12, [12, 8], seed=4)
     labels = torch.tensor([[0] * 6 + [1] * 6, [2] * 8 + [-100] * 4])  # 0 -> 1 at position 6
-    for fn in (model, compiled):
-        with pytest.raises(ValueError, match="moves 0 -> 1 at position 6"):
-            fn(x, lengths, labels)
+    with pytest.raises(ValueError, match="moves 0 -> 1 at position 6"):
+        model(x, lengths, labels)
+    with pytest.raises(RuntimeError, match="infinite loss"):
+        compiled(x, lengths, labels)
+
+
+@pytest.mark.parametrize("options", [{}, {"boundary_scores": True}], ids=["plain", "boundary"])
+def test_compile_as_users_call_it_with_validation(options):
+    """``torch.compile(model)`` and ``torch.compile(model, fullgraph=True, dynamic=True)`` of encoder +
+    head with the default ``validate=True``: loss and gradients equal eager, one graph for new
+    lengths and T."""
+    for opts in ({}, {"fullgraph": True, "dynamic": True}):
+        torch.manual_seed(0)
+        model = _Model(**options)
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(model, backend="aot_eager", **opts)
+        for i, (T, lengths) in enumerate([(40, [40, 27]), (53, [53, 9]), (31, [31, 31])]):
+            batch = _batch(T, lengths, seed=i)
+            loss_c, grads_c = _loss_and_grads(model, compiled, batch)
+            loss_e, grads_e = _loss_and_grads(model, model, batch)
+            assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-5)
+            for a, b in zip(grads_c, grads_e):
+                assert_close(a, b, rtol=1e-4, atol=1e-5)
+        if opts:
+            assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
 def test_compiled_engine_function_fullgraph_and_gradients():

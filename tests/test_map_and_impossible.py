@@ -626,9 +626,10 @@ def test_float64_head_duration_tables_and_nll_are_float64(duration):
     scores = torch.randn(1, 5, C, dtype=F64)
     lengths = torch.tensor([5])
     out = head.build(scores, lengths)
-    table = out.duration_bias  # what the engine receives
-    assert table.dtype == F64
     k = torch.arange(1, K + 1, dtype=F64)[:, None]
+    # what the engine receives: the table plus the exact compensation of the per-label centring
+    table = out.duration_bias - k * scores[0].mean(0)
+    assert out.duration_bias.dtype == F64
     if duration == "uniform":
         want = torch.full((K, C), -math.log(K), dtype=F64)
     elif duration == "callable":
@@ -651,7 +652,8 @@ def test_float64_head_duration_tables_and_nll_are_float64(duration):
         want = torch.log_softmax(raw, dim=0)
     assert_close(table.detach(), want, atol=1e-14, rtol=1e-14)
     # the NLL of a gold segmentation against float64 enumeration written here
-    inp = {"cum_scores": out.cum_scores.detach(), "transition": out.transition.detach(), "duration_bias": want,
+    raw = torch.cat([scores.new_zeros(1, 1, C), scores.cumsum(1)], 1)  # the model of the raw scores
+    inp = {"cum_scores": raw, "transition": out.transition.detach(), "duration_bias": want,
            "lengths": lengths, "K": K, "proj_start": None, "proj_end": None}
     segs = [Segment(0, 2, 1), Segment(2, 5, 0)]
     _, log_z = _best_by_enumeration(inp, 0)

@@ -203,12 +203,12 @@ def test_marginals_are_probabilities():
     hidden = torch.randn(2, 12, 5)
     lengths = torch.tensor([12, 7])
     post = head.marginals(hidden, lengths)
-    assert post.position.shape == (2, 12, 3) and post.boundary.shape == (2, 12) and post.entropy.shape == (2, 12)
+    assert post.position.shape == (2, 12, 3) and post.boundary.shape == (2, 12) and post.position_entropy.shape == (2, 12)
     torch.testing.assert_close(post.position[0].sum(-1), torch.ones(12), atol=1e-4, rtol=0)
     torch.testing.assert_close(post.position[1, :7].sum(-1), torch.ones(7), atol=1e-4, rtol=0)
     assert float(post.boundary[0, 0]) == pytest.approx(1.0, abs=1e-4)
-    assert bool((post.entropy >= -1e-6).all()) and bool((post.entropy <= math.log(3) + 1e-4).all())
-    assert bool((post.entropy[1, 7:] == 0).all())
+    assert bool((post.position_entropy >= -1e-6).all()) and bool((post.position_entropy <= math.log(3) + 1e-4).all())
+    assert bool((post.position_entropy[1, 7:] == 0).all())
     assert head.posterior(hidden, lengths).position.shape == (2, 12, 3)
 
 

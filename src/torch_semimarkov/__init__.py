@@ -6,7 +6,9 @@ partial-label (masked) training, on the CPU with
 a compiled engine (numba) or PyTorch, and on NVIDIA GPUs with Triton kernels.
 """
 
+from .crf import SemiMarkovCRF
 from .nn import SemiMarkovCRFHead
+from .scores import cumulative_scores
 from .streaming import (
     NEG_INF,
     MarginalsResult,
@@ -33,9 +35,11 @@ __all__ = [
     "MarginalsResult",
     "Segment",
     "SegmentationSamples",
+    "SemiMarkovCRF",
     "SemiMarkovCRFHead",
     "TopKResult",
     "ViterbiResult",
+    "cumulative_scores",
     "labels_to_segments",
     "numba_available",
     "segments_to_labels",

@@ -21,19 +21,17 @@ from .durations import DurationDistribution, make_duration
 from .scores import cumulative_scores
 from .gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
                    segments_to_starts)
+from .crf import SemiMarkovCRF
 from .streaming.autograd import (
+    MarginalsResult,
+    ViterbiResult,
     _debug,
     semi_crf_streaming_forward,
-    semi_crf_streaming_marginals,
-    semi_crf_streaming_viterbi,
 )
 from .streaming.distribution import (
     SegmentationSamples,
     TopKResult,
     constrained_log_partition,
-    semi_crf_streaming_entropy,
-    semi_crf_streaming_sample,
-    semi_crf_streaming_topk,
 )
 from .streaming.backends import BACKENDS
 from .streaming.validation import check_value_stats, float_inputs, lengths_from, refuse_jit_trace, value_stats
@@ -55,15 +53,9 @@ class SemiCRFOutput(NamedTuple):
     lengths: torch.Tensor  # (B,) int64
 
 
-class Posterior(NamedTuple):
-    """What :meth:`SemiMarkovCRFHead.marginals` returns (all probabilities, 0 past each length)."""
-
-    position: torch.Tensor  # (B, T, C) P(y_t = c)
-    boundary: torch.Tensor  # (B, T) P(a segment starts at t)
-    entropy: torch.Tensor  # (B, T) entropy (nats) of the position posterior
-    start: torch.Tensor  # (B, T, C) P(a segment with label c starts at t)
-    end: torch.Tensor  # (B, T, C) P(a segment with label c has its last position at t)
-    log_Z: torch.Tensor  # (B,)
+#: The result of :meth:`SemiMarkovCRFHead.marginals`: :class:`~torch_semimarkov.MarginalsResult` (the
+#: name of earlier releases; its per-position entropy is ``position_entropy``).
+Posterior = MarginalsResult
 
 
 def _per_label(name: str, value, C: int) -> List[int]:
@@ -492,10 +484,13 @@ class SemiMarkovCRFHead(nn.Module):
 
     def _explain_non_finite(self, exc: ValueError, hidden_states: torch.Tensor, lengths: torch.Tensor) -> None:
         """Only on failure: say where a non-finite per-position score came from."""
-        if "cum_scores contains" in str(exc):
+        if any(f"{name} contains" in str(exc) for name in ("cum_scores", "proj_start", "proj_end")):
             with torch.no_grad():
-                valid, _, scores = self._project(hidden_states, lengths)
-            self._check_finite(scores, valid)
+                valid, features, scores = self._project(hidden_states, lengths)
+                self._check_finite(scores, valid)
+                if self.proj_start is not None:  # the boundary layers see the same features
+                    for layer in (self.proj_start, self.proj_end):
+                        self._check_finite(layer(features), valid)
 
     # ------------------------------------------------------------------ loss
 
@@ -507,7 +502,10 @@ class SemiMarkovCRFHead(nn.Module):
             labels = torch.as_tensor(labels)
             B = out.lengths.shape[0]
             if labels.dim() != 2 or tuple(labels.shape) != (B, T):
-                raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states, got {tuple(labels.shape)}")
+                hint = (": time-first inputs? pass batch-first hidden_states (batch, T, features) and labels "
+                        "(batch, T)" if tuple(labels.shape) == (T, B) else "")
+                raise ValueError(f"labels must have shape (batch, T) = ({B}, {T}) like hidden_states ({B}, {T}, ...), "
+                                 f"got {tuple(labels.shape)}{hint}")
             # a run longer than its label's maximum is split into pieces of that maximum
             max_d = self.max_duration if self.label_max_duration is None else self.label_max_duration
             lab, starts = labels_to_starts(labels, out.lengths, self.num_classes, max_d, self.ignore_index,
@@ -609,14 +607,24 @@ class SemiMarkovCRFHead(nn.Module):
             out, lab, starts, infinite = self._checked_gold(hidden_states, lengths, mask, labels, segments,
                                                             zero_infinity)
         else:
+            # validate=False, or inside a compiled graph: there the checks are device-side asserts
+            # (no host read, no graph break); run the step eagerly for the detailed message
             out = self.forward(hidden_states, lengths, mask=mask)
-            lab, starts = self._gold_tensors(out, labels, segments)
+            lab, starts = self._gold_tensors(out, labels, segments, check=False)
+            if self.validate and labels is not None:
+                bad = any_bad_label(torch.as_tensor(labels), out.lengths, self.num_classes, self.ignore_index)
+                torch._assert_async(~bad, f"labels must lie in [0, {self.num_classes}) inside each sequence and be "
+                                          f"ignore_index={self.ignore_index} past its length (checked inside a "
+                                          "compiled graph: run the step eagerly for the sequence and position)")
             code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start,
                                    out.proj_end)
             # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
             infinite = torch.isneginf(out.partition) | (code > 0).any(1)
-            if self.validate and not zero_infinity and bool(infinite.any()):  # (under torch.compile)
-                self._raise_infinite_loss(out, lab, starts, code, int(infinite.nonzero()[0]))
+            if self.validate and not zero_infinity:
+                torch._assert_async(~infinite.any(), "a sequence has an infinite loss: the model allows no "
+                                    "segmentation of it, or forbids its gold segmentation (checked inside a compiled "
+                                    "graph: run the step eagerly for details; zero_infinity=True gives such "
+                                    "sequences loss 0)")
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             gold = gold_score(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
@@ -675,8 +683,10 @@ class SemiMarkovCRFHead(nn.Module):
         """``log Z - log Z(allowed by the masks)`` per sequence, reduced."""
         out = self.forward(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
-            allowed = constrained_log_partition(*self._dist_args(out), out.proj_start, out.proj_end, label_mask,
-                                                boundary_mask, validate=self.validate)
+            allowed = constrained_log_partition(*self._dist_args(out), proj_start=out.proj_start,
+                                                proj_end=out.proj_end, label_mask=label_mask,
+                                                boundary_mask=boundary_mask, validate=self.validate,
+                                                backend=self.backend, use_triton=self.use_triton)
         infinite = torch.isneginf(out.partition) | torch.isneginf(allowed)
         if self.validate and not zero_infinity and bool(infinite.any()):
             b = int(infinite.nonzero()[0])
@@ -718,8 +728,47 @@ class SemiMarkovCRFHead(nn.Module):
 
     # ------------------------------------------------------------------ inference
 
+    def distribution(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
+                     boundary_mask=None) -> SemiMarkovCRF:
+        """The head's distribution over the segmentations of these sequences: a
+        :class:`~torch_semimarkov.SemiMarkovCRF` holding the potentials (built once) with
+        ``log_partition``, ``log_prob``, ``marginals``, ``argmax``, ``topk``, ``sample``,
+        ``entropy``, ``cross_entropy`` and ``kl`` (differentiable where the maths is). With
+        ``label_mask`` / ``boundary_mask``, the distribution restricted to the segmentations they
+        allow. The values are checked here, once (``validate``); a non-finite feature is reported
+        as ``hidden_states`` with its sequence and position.
+
+        Example:
+            >>> _ = torch.manual_seed(0)
+            >>> head = SemiMarkovCRFHead(num_classes=3, max_duration=4, hidden_dim=8)
+            >>> dist = head.distribution(torch.randn(2, 10, 8), torch.tensor([10, 7]))
+            >>> dist.entropy.shape, dist.argmax.labels.shape
+            (torch.Size([2]), torch.Size([2, 10]))
+        """
+        out = self.build(hidden_states, lengths, mask=mask)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            try:
+                return SemiMarkovCRF(
+                    out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
+                    proj_start=out.proj_start, proj_end=out.proj_end, label_mask=label_mask,
+                    boundary_mask=boundary_mask, backend=self.backend, use_triton=self.use_triton,
+                    checkpoint_interval=self.checkpoint_interval, time_parallel=self.time_parallel,
+                    validate=self.validate,
+                )
+            except ValueError as exc:
+                self._explain_non_finite(exc, hidden_states, out.lengths)
+                raise
+
+    def _inference(self, hidden_states, lengths, mask, label_mask, boundary_mask, what: Callable):
+        """``what(distribution)`` with autocast off (the CRF math runs in the head's dtype)."""
+        dist = self.distribution(hidden_states, lengths, mask=mask, label_mask=label_mask,
+                                 boundary_mask=boundary_mask)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return what(dist)
+
     @torch.no_grad()
-    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None, boundary_mask=None):
+    def decode(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
+               boundary_mask=None) -> ViterbiResult:
         """Viterbi: the best segmentation of each sequence (with ``label_mask`` / ``boundary_mask``,
         of :meth:`compute_loss`: the best segmentation the masks allow, i.e. constrained decoding).
 
@@ -731,36 +780,23 @@ class SemiMarkovCRFHead(nn.Module):
             ``[offsets[b], offsets[b+1])``); ``.segments`` builds Python lists of
             :class:`~torch_semimarkov.Segment` on request.
         """
-        out = self.build(hidden_states, lengths, mask=mask)
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            return semi_crf_streaming_viterbi(
-                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                **self._engine_kwargs(out), label_mask=label_mask, boundary_mask=boundary_mask,
-            )
+        return self._inference(hidden_states, lengths, mask, label_mask, boundary_mask, lambda d: d.argmax)
 
     @torch.no_grad()
     def marginals(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
-                  boundary_mask=None) -> Posterior:
+                  boundary_mask=None) -> MarginalsResult:
         """Posterior marginals from one forward-backward pass (with ``label_mask`` /
         ``boundary_mask``: of the distribution restricted to the segmentations they allow).
 
         Returns:
-            :class:`Posterior` with per-position label posteriors (B, T, C), boundary probabilities
-            (B, T) (P(a segment starts at t); 1 at t = 0), per-position entropy (B, T) in nats, the
-            start/end marginals (B, T, C) and log Z (B,). Everything is 0 past each length.
+            :class:`~torch_semimarkov.MarginalsResult`, the type
+            :func:`~torch_semimarkov.semi_crf_streaming_marginals` returns: ``log_Z`` (B,),
+            ``start`` / ``end`` (B, T, C) (a segment of label c starts / has its last position at
+            t), ``position`` (B, T, C) per-position label posteriors, ``boundary`` (B, T)
+            (P(a segment starts at t); 1 at t = 0) and, computed on access,
+            ``position_entropy`` (B, T) in nats. Everything is 0 past each length.
         """
-        out = self.build(hidden_states, lengths, mask=mask)
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            m = semi_crf_streaming_marginals(
-                out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                **self._engine_kwargs(out), label_mask=label_mask, boundary_mask=boundary_mask,
-            )
-        T = out.cum_scores.shape[1] - 1
-        valid = torch.arange(T, device=out.lengths.device)[None, :] < out.lengths[:, None]
-        position = m.position.clamp(0.0, 1.0)
-        plogp = torch.where(position > 0, position * torch.log(position.clamp(min=1e-30)), position.new_zeros(()))
-        entropy = torch.where(valid, -plogp.sum(-1), position.new_zeros(()))
-        return Posterior(position=position, boundary=m.boundary, entropy=entropy, start=m.start, end=m.end, log_Z=m.log_Z)
+        return self._inference(hidden_states, lengths, mask, label_mask, boundary_mask, lambda d: d.marginals)
 
     posterior = marginals
 
@@ -782,10 +818,7 @@ class SemiMarkovCRFHead(nn.Module):
             >>> best.labels.shape, bool((best.scores[:, 0] >= best.scores[:, 1]).all())
             (torch.Size([2, 3, 10]), True)
         """
-        out = self.build(hidden_states, lengths, mask=mask)
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            return semi_crf_streaming_topk(*self._dist_args(out), k, out.proj_start, out.proj_end, label_mask,
-                                           boundary_mask, validate=self.validate)
+        return self._inference(hidden_states, lengths, mask, label_mask, boundary_mask, lambda d: d.topk(k))
 
     @torch.no_grad()
     def sample(self, hidden_states: torch.Tensor, lengths=None, num_samples: int = 1, *, generator=None, mask=None,
@@ -796,10 +829,8 @@ class SemiMarkovCRFHead(nn.Module):
             :class:`~torch_semimarkov.SegmentationSamples`: ``labels`` (S, B, T), ``log_prob``
             (S, B) and the segment tensors; see :func:`~torch_semimarkov.semi_crf_streaming_sample`.
         """
-        out = self.build(hidden_states, lengths, mask=mask)
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            return semi_crf_streaming_sample(*self._dist_args(out), num_samples, out.proj_start, out.proj_end,
-                                             label_mask, boundary_mask, generator=generator, validate=self.validate)
+        return self._inference(hidden_states, lengths, mask, label_mask, boundary_mask,
+                               lambda d: d.sample(num_samples, generator=generator))
 
     def entropy(self, hidden_states: torch.Tensor, lengths=None, *, mask=None, label_mask=None,
                 boundary_mask=None) -> torch.Tensor:
@@ -807,7 +838,4 @@ class SemiMarkovCRFHead(nn.Module):
         ``loss - 0.01 * head.entropy(h, lengths).mean()``); see
         :func:`~torch_semimarkov.semi_crf_streaming_entropy`. Not the per-position entropy of
         :meth:`marginals`, which ignores the dependencies between positions."""
-        out = self.build(hidden_states, lengths, mask=mask)
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            return semi_crf_streaming_entropy(*self._dist_args(out), out.proj_start, out.proj_end, label_mask,
-                                              boundary_mask, validate=self.validate)
+        return self._inference(hidden_states, lengths, mask, label_mask, boundary_mask, lambda d: d.entropy)

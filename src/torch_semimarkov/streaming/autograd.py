@@ -9,9 +9,8 @@ is hand-written, never an autograd graph over T.
 
 from __future__ import annotations
 
-import os
 import warnings
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 
@@ -22,8 +21,9 @@ from .pytorch_reference import (
 )
 from .backends import numba_engine, resolve_backend
 from . import ops
-from .segments import SegmentTensorsMixin, segment_tensors
-from .validation import StreamingInputs, check_input_values, validate_streaming_inputs
+from .segments import Segment, SegmentTensorsMixin, segment_tensors
+from .signature import keyword_options
+from .validation import StreamingInputs, check_input_values, debug_checks, validate_streaming_inputs
 
 _TRITON = None  # the Triton launch module, or False once probed and found unusable
 
@@ -68,8 +68,7 @@ def _resolve(backend: str, use_triton: bool, is_cuda: bool) -> str:
     return resolve_backend(backend, use_triton, is_cuda, triton_available)
 
 
-def _debug() -> bool:
-    return os.environ.get("TORCH_SEMIMARKOV_DEBUG", "") not in ("", "0")
+_debug = debug_checks
 
 
 def _check_finite(what: str, backend: str, allow_neg_inf: bool = False, **tensors) -> None:
@@ -223,12 +222,15 @@ def _function_for(inp: StreamingInputs, use_triton: bool, backend: str = "auto")
     return _FUNCTIONS[_backend_for(inp, use_triton, backend)]
 
 
+@keyword_options("semiring", "proj_start", "proj_end", "use_triton", "num_warps", "checkpoint_interval",
+                 "time_parallel", "backend", "validate", "label_mask", "boundary_mask")
 def semi_crf_streaming_forward(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     semiring: str = "log",
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
@@ -300,7 +302,7 @@ def semi_crf_streaming_forward(
     _check_num_warps(num_warps)
     if label_mask is not None or boundary_mask is not None:
         return _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end,
-                             label_mask, boundary_mask, validate)
+                             label_mask, boundary_mask, validate, backend, use_triton)
     inp = validate_streaming_inputs(
         cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, checkpoint_interval,
         check_values=False,
@@ -310,7 +312,7 @@ def semi_crf_streaming_forward(
     options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
     name = _backend_for(inp, use_triton, backend)
     if needs_grad and semiring == "max":
-        if validate:
+        if validate or debug_checks():
             check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
                                inp.proj_end)
         return _ViterbiScore.apply(
@@ -324,18 +326,21 @@ def semi_crf_streaming_forward(
 
 
 def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end, label_mask,
-                  boundary_mask, validate):
+                  boundary_mask, validate, backend="auto", use_triton=True):
     """log Z or the best score of the segmentations the masks allow (the engine where it takes the
     masks, else the PyTorch path)."""
     from . import distribution
     if semiring not in ("log", "max"):
         raise ValueError(f"semiring must be one of ('log', 'max'), got {semiring!r}")
     if semiring == "log":
-        return distribution.constrained_log_partition(cum_scores, transition, duration_bias, lengths, K, proj_start,
-                                                      proj_end, label_mask, boundary_mask, validate)
+        return distribution.constrained_log_partition(cum_scores, transition, duration_bias, lengths, K,
+                                                      proj_start=proj_start, proj_end=proj_end,
+                                                      label_mask=label_mask, boundary_mask=boundary_mask,
+                                                      validate=validate, backend=backend, use_triton=use_triton)
     # the best allowed segmentation (the engine's masked Viterbi where it runs, else k-best with k = 1)
-    best = semi_crf_streaming_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                      validate=validate, label_mask=label_mask, boundary_mask=boundary_mask)
+    best = semi_crf_streaming_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start=proj_start,
+                                      proj_end=proj_end, validate=validate, label_mask=label_mask,
+                                      boundary_mask=boundary_mask, backend=backend, use_triton=use_triton)
     # the best score, differentiable: the score of the best segmentation (its indicator is the gradient)
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end,
                                     check_values=False)
@@ -383,8 +388,9 @@ class _ViterbiScore(torch.autograd.Function):
         use_triton, options, backend = backend_args
         inp = StreamingInputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
         result = semi_crf_streaming_viterbi(
-            cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, use_triton, options.num_warps,
-            time_parallel=options.time_parallel, backend=backend, _validated=inp,
+            cum_scores, transition, duration_bias, lengths, K, proj_start=proj_start, proj_end=proj_end,
+            use_triton=use_triton, num_warps=options.num_warps, time_parallel=options.time_parallel, backend=backend,
+            _validated=inp,
         )
         seg_batch = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), result.num_segments)
         ctx.save_for_backward(cum_scores, transition, result.labels, seg_batch, result.segment_starts,
@@ -485,18 +491,25 @@ class ViterbiResult(SegmentTensorsMixin):
         """From per-position labels and segment-start flags (B, T), as the engines return them."""
         return cls(scores, labels, *segment_tensors(labels, starts, lengths))
 
+    def segments_of(self, b: int) -> List[Segment]:
+        """The segments of sequence b."""
+        return self.segments[b]
+
     def __repr__(self) -> str:
         B, T = self.labels.shape
         return (f"ViterbiResult(batch={B}, T={T}, segments={self.segment_starts.numel()}, "
                 f"device={self.labels.device})")
 
 
+@keyword_options("proj_start", "proj_end", "use_triton", "num_warps", "checkpoint_interval", "time_parallel",
+                 "backend", "validate")
 def semi_crf_streaming_viterbi(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     use_triton: bool = True,
@@ -505,7 +518,6 @@ def semi_crf_streaming_viterbi(
     time_parallel: Optional[bool] = None,
     backend: str = "auto",
     validate: bool = True,
-    *,
     label_mask: Optional[torch.Tensor] = None,
     boundary_mask: Optional[torch.Tensor] = None,
     _validated: Optional[StreamingInputs] = None,
@@ -545,11 +557,14 @@ def semi_crf_streaming_viterbi(
     if label_mask is not None or boundary_mask is not None:
         from .distribution import masked_viterbi_on_engine, semi_crf_streaming_topk
         on_engine = masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                             label_mask, boundary_mask, validate)
+                                             label_mask, boundary_mask, validate, backend, use_triton)
         if on_engine is not None:
             return ViterbiResult.from_boundaries(*on_engine)
-        best = semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, 1, proj_start, proj_end,
-                                       label_mask, boundary_mask, validate)
+        # (a named backend was checked above; the k-best path is the float64 PyTorch one)
+        best = semi_crf_streaming_topk(cum_scores, transition, duration_bias, lengths, K, k=1,
+                                       proj_start=proj_start, proj_end=proj_end, label_mask=label_mask,
+                                       boundary_mask=boundary_mask, validate=False,
+                                       backend=backend, use_triton=use_triton)
         return ViterbiResult(best.scores[:, 0], best.labels[:, 0], best.segment_starts, best.segment_ends,
                              best.segment_labels, best.segment_offsets)
     if _validated is not None:
@@ -589,6 +604,7 @@ class MarginalsResult(NamedTuple):
     * ``end`` (B, T, C): P(a segment with label c has its last position at t).
     * ``position`` (B, T, C): P(position t has label c).
     * ``boundary`` (B, T): P(a segment starts at t); 1 at t = 0.
+    * ``position_entropy`` (B, T), computed on access: the entropy of each position's posterior.
 
     Positions at or past a sequence's length are 0.
     """
@@ -599,13 +615,32 @@ class MarginalsResult(NamedTuple):
     position: torch.Tensor
     boundary: torch.Tensor
 
+    @property
+    def position_entropy(self) -> torch.Tensor:
+        """(B, T) entropy (nats) of each position's label posterior, 0 past each length (not the
+        entropy of the distribution over segmentations, which counts the dependencies)."""
+        p = self.position
+        plogp = torch.where(p > 0, p * torch.log(p.clamp(min=1e-30)), p.new_zeros(()))
+        return -plogp.sum(-1)
 
+    @property
+    def entropy(self) -> torch.Tensor:
+        """Deprecated name of :attr:`position_entropy` (the head's ``Posterior`` of earlier releases)."""
+        warnings.warn("MarginalsResult.entropy (the head's Posterior.entropy) is now .position_entropy: the "
+                      "per-position entropy, not the distribution's (SemiMarkovCRF.entropy)", FutureWarning,
+                      stacklevel=2)
+        return self.position_entropy
+
+
+@keyword_options("proj_start", "proj_end", "use_triton", "num_warps", "checkpoint_interval", "time_parallel",
+                 "backend", "validate", "label_mask", "boundary_mask")
 def semi_crf_streaming_marginals(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     use_triton: bool = True,
@@ -646,12 +681,12 @@ def semi_crf_streaming_marginals(
     opts = (checkpoint_interval, num_warps, time_parallel)
     with torch.no_grad():
         if label_mask is not None or boundary_mask is not None:
-            from .distribution import check_masks, constrained_marginals
-            if validate:
+            from .distribution import check_masks, constrained_marginals, engine_choice
+            if validate or debug_checks():
                 check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
                                    inp.proj_end)
             masks = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device)
-            log_z, p_start, p_end = constrained_marginals(inp, *masks)
+            log_z, p_start, p_end = constrained_marginals(inp, *masks, engine_choice(inp, backend, use_triton))
         else:
             log_z, state_a, state_b, meta = ops.forward_op(*args, "log", ps, pe, name, bool(validate), *opts, True)
             # the gradients of sum_b log Z[b] with respect to the projections are the start / end marginals

@@ -38,9 +38,12 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from .backends import resolve_backend
 from .constants import NEG_INF
 from .segments import Segment, SegmentTensorsMixin, segment_tensors
-from .validation import BOUNDARY_VALUES, StreamingInputs, check_input_values, validate_streaming_inputs
+from .signature import keyword_options
+from .validation import (BOUNDARY_VALUES, StreamingInputs, check_input_values, debug_checks,
+                         validate_streaming_inputs)
 
 __all__ = [
     "SegmentationSamples",
@@ -320,15 +323,19 @@ class _Grads:
         self.gps.index_add_(1, idx, flat)
         self.gD += g.sum((0, 1))
 
-    def result(self, inp: StreamingInputs):
-        """Gradients (cum_scores, transition, duration_bias, proj_start, proj_end) in input dtypes."""
+    def result(self, inp: StreamingInputs, scored: Optional[_Model] = None):
+        """Gradients (cum_scores, transition, duration_bias, proj_start, proj_end) in the dtypes of
+        ``inp``. The first segment's phantom term is differentiated with the transition of
+        ``scored`` (default: the model whose edges were accumulated): the weights may come from one
+        model and the scores they weigh from another (a cross-entropy)."""
         m, K, T, C = self.m, self.m.K, self.m.T, self.m.C
         g_cum = self.gS[:, K:K + T + 1]
-        trk = m.tr.expand(K, C, C) if not m.direct else m.tr
+        tr = (scored or m).tr
+        trk = tr.expand(K, C, C) if tr.dim() == 2 else tr
         # the phantom row: d logsumexp_{c'} Tr[c', c] / d Tr[c', c] = softmax over c'
         soft = torch.nan_to_num(torch.softmax(trk, 1), nan=0.0)
         g_tr = self.gTr[:, :C] + self.gTr[:, C:] * soft
-        if not m.direct:
+        if tr.dim() == 2:
             g_tr = g_tr.sum(0)
         dt = inp.cum_scores.dtype
         g_ps = None if inp.proj_start is None else self.gps[:, K:K + T].to(dt)
@@ -337,15 +344,50 @@ class _Grads:
 
 
 def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-               boundary_mask, validate=True):
+               boundary_mask, validate=True, backend="auto", use_triton=True):
+    """``(inputs, label_mask, boundary_mask, engine)``: the checked inputs and masks, and whether
+    the call may (``"may"``) or must (``"must"``) run on the engine's kernels, or not (``"no"``)."""
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
                                     check_values=False)
+    engine = engine_choice(inp, backend, use_triton)
     lm, bm = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device,
                          check_values=False)
-    if validate:
+    if validate or debug_checks():
         # one device-to-host transfer for the values of the inputs and of the boundary mask
         check_input_values(cum_scores, transition, duration_bias, inp.lengths, proj_start, proj_end, bm)
-    return inp, lm, bm
+    return inp, lm, bm, engine
+
+
+def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool = True) -> str:
+    """Whether a call beyond the plain log Z / Viterbi / marginals (masks, k-best, samples,
+    entropy) runs on the engine's kernels: ``"must"`` (``backend="triton"``: it raises where they
+    cannot take the call), ``"may"`` (``"auto"``: where they can, else the float64 PyTorch path) or
+    ``"no"`` (``"torch"``, and ``"numba"``, whose compiled engine runs log Z, its gradients,
+    Viterbi and marginals: the rest takes the float64 PyTorch path on the CPU)."""
+    if backend == "triton" and ENGINE_ON_CPU and not inp.cum_scores.is_cuda:
+        name = "triton"  # tests: the engine's kernels in Triton's interpreter
+    else:
+        name = resolve_backend(backend, bool(use_triton), inp.cum_scores.is_cuda, _triton_loads)
+    if name != "triton" and backend != "auto":
+        return "no"
+    if backend == "auto":
+        return "may" if use_triton else "no"
+    if not _engine_takes(inp):
+        raise ValueError("backend='triton' runs masks, k-best lists, samples and the entropy on a (C, C) transition "
+                         "only; use backend='auto' or 'torch' for a (K, C, C) transition")
+    return "must"
+
+
+def _triton_loads() -> bool:
+    from .kernels import HAS_TRITON
+    return bool(HAS_TRITON)
+
+
+def _refuse(engine: str, what: str) -> None:
+    """A ``backend="triton"`` call that the engine cannot take raises instead of falling back."""
+    if engine == "must":
+        raise ValueError(f"backend='triton' cannot run {what} on the engine's kernels (the ring of K·C "
+                         "values does not fit the masked kernels); use backend='auto' or 'torch'")
 
 
 # ---------------------------------------------------------------------- masks on the engine
@@ -408,17 +450,18 @@ def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, de
     return ms, me, forbidden
 
 
-def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log"):
+def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: str = "may"):
     """``(plan, (min_start, max_end, flags), proj_start)`` of a constrained call on the engine
     (CUDA tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch
     path). The limits and flags come from one kernel (``kernels/limits.py``); forbidden starts
     are one of the flags."""
-    if (lm is None and bm is None) or not _engine_takes(inp):
+    if (lm is None and bm is None) or engine == "no" or not _engine_takes(inp):
         return None
     from .kernels.limits import engine_limits
     from .kernels.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device)
     if plan is None:
+        _refuse(engine, "these masks")
         return None
     masks = engine_limits(lm, bm, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
     return plan, masks, inp.proj_start
@@ -458,12 +501,12 @@ def _engine_input_grads(ctx, cum_scores, grad, marginals, has_ps, has_pe):
 
 
 def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate=True):
+                             boundary_mask, validate=True, backend="auto", use_triton=True):
     """``(scores, labels, starts, lengths)`` of the best allowed segmentations on the engine, or
     None where the engine cannot take the masks (then :func:`semi_crf_streaming_topk` with k = 1)."""
-    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate)
-    engine = _engine_masks(inp, lm, bm, "max")
+    inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                     label_mask, boundary_mask, validate, backend, use_triton)
+    engine = _engine_masks(inp, lm, bm, "max", choice)
     if engine is None:
         return None
     from .kernels import launch
@@ -495,10 +538,12 @@ class _ConstrainedLogZ(torch.autograd.Function):
         return _edge_gradients(model, A, Bt, log_z, grad).result(inp) + (None, None, None)
 
 
-def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grads":
+def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None, values: Optional[_Model] = None) -> "_Grads":
     """Gradients of ``sum_b weight[b] * f_b`` with f = log Z (``entropy`` None: every edge weighs
     its posterior probability mu) or f = H (``entropy = (Ea, Eb, E[score])``: an edge weighs
-    ``-mu (E[score | edge] - E[score])``), accumulated a block of positions at a time.
+    ``-mu (E[score | edge] - E[score])``), accumulated a block of positions at a time. With
+    ``values`` (a second model over the same positions), the scores inside the expectations are
+    that model's: f = -E_p[score_q], the cross-entropy's term (p = ``model``, q = ``values``).
 
     A (C, C) transition takes the factored route: the predecessor label enters only through
     ``U_s(c) = lse_c' alpha_s(c') + Tr[c', c]`` and the successor only through
@@ -510,6 +555,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
     w = torch.where(ok, weight.detach().to(torch.float64), torch.zeros_like(log_z))
     safe = _finite_or_zero(log_z)
     K, C = model.K, model.C
+    values = values or model
     if model.direct:
         if entropy is None:
             for t0, _, mu, _, _ in model.edge_blocks(A, Bt, log_z):
@@ -517,12 +563,15 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         else:
             Ea, Eb, expected = entropy
             for t0, t1, mu, e, (ea,) in model.edge_blocks(A, Bt, log_z, Ea):
+                if values is not model:
+                    e = values.edges(values.seg_by_end(torch.arange(t0, t1, device=model.device)))
                 # dH/d(edge) = -mu (E[score | edge] - E[score]), E[score | edge] = Ea + edge + Eb
                 cond = ea[..., None] + e + Eb[:, t0 + K:t1 + K, None, None, :C]
                 g = _weighted(mu, -(cond - expected[:, None, None, None, None]))
                 acc.add(g * w[:, None, None, None, None], t0)
         return acc
     tr = model.TrK[0]  # (C+1, C), the last row the phantom one
+    tr_val = values.TrK[0]
     rows = model.t_max + 1  # rows K .. K + t_max: positions 0 .. t_max
     U = A.new_full((model.B, A.shape[1], C), _NEG)
     EU = A.new_zeros(model.B, A.shape[1], C)
@@ -535,7 +584,7 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         U[:, r0:r1] = torch.logsumexp(x, 2)
         if entropy is not None:
             p = torch.exp(x - _finite_or_zero(U[:, r0:r1])[:, :, None, :])
-            EU[:, r0:r1] = _expectation(p, entropy[0][:, r0:r1, :, None] + tr, 2)
+            EU[:, r0:r1] = _expectation(p, entropy[0][:, r0:r1, :, None] + tr_val, 2)
     n_seg = model._block(K * C)
     for s0 in range(0, model.t_max, n_seg):
         s1 = min(s0 + n_seg, model.t_max)
@@ -546,7 +595,8 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         V[:, s0 + K:s1 + K] = torch.logsumexp(y, 2)
         if entropy is not None:
             q = torch.exp(y - _finite_or_zero(V[:, s0 + K:s1 + K])[:, :, None, :])
-            EV[:, s0 + K:s1 + K] = _expectation(q, seg + entropy[1][:, e_idx, :C], 2)
+            seg_val = seg if values is model else values.seg_by_start(srange)
+            EV[:, s0 + K:s1 + K] = _expectation(q, seg_val + entropy[1][:, e_idx, :C], 2)
     wb = w[:, None, None, None]
     for t0 in range(1, model.t_max + 1, n_seg):
         t1 = min(t0 + n_seg, model.t_max + 1)
@@ -557,7 +607,8 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         if entropy is None:
             acc.add_segments(mu * wb, t0)
         else:
-            cond = EU[:, s_idx] + seg + entropy[1][:, t + K, None, :C] - entropy[2][:, None, None, None]
+            seg_val = seg if values is model else values.seg_by_end(t)
+            cond = EU[:, s_idx] + seg_val + entropy[1][:, t + K, None, :C] - entropy[2][:, None, None, None]
             acc.add_segments(_weighted(mu, -cond) * wb, t0)
     for r0 in range(K, K + model.t_max, n_tr):
         r1 = min(r0 + n_tr, K + model.t_max)
@@ -565,15 +616,16 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None) -> "_Grad
         if entropy is None:
             acc.gTr[0] += (mu * wb).sum((0, 1))
         else:
-            cond = (entropy[0][:, r0:r1, :, None] + tr + EV[:, r0:r1, None, :]
+            cond = (entropy[0][:, r0:r1, :, None] + tr_val + EV[:, r0:r1, None, :]
                     - entropy[2][:, None, None, None])
             acc.gTr[0] += (_weighted(mu, -cond) * wb).sum((0, 1))
     return acc
 
 
+@keyword_options("proj_start", "proj_end", "label_mask", "boundary_mask", "validate")
 def constrained_log_partition(
-    cum_scores, transition, duration_bias, lengths, K, proj_start=None, proj_end=None,
-    label_mask=None, boundary_mask=None, validate=True,
+    cum_scores, transition, duration_bias, lengths, K, *, proj_start=None, proj_end=None,
+    label_mask=None, boundary_mask=None, validate=True, backend="auto", use_triton=True,
 ) -> torch.Tensor:
     """(B,) log Z of the segmentations that ``label_mask`` and ``boundary_mask`` allow.
 
@@ -583,9 +635,9 @@ def constrained_log_partition(
 
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
     """
-    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate)
-    engine = _engine_masks(inp, lm, bm)
+    inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                     label_mask, boundary_mask, validate, backend, use_triton)
+    engine = _engine_masks(inp, lm, bm, engine=choice)
     if engine is not None:
         return _EngineConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
                                             inp.proj_end, inp, engine)
@@ -593,9 +645,9 @@ def constrained_log_partition(
                                   inp, lm, bm)
 
 
-def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask):
+def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask, engine: str = "may"):
     """(log Z (B,), P_start (B, T, C), P_end (B, T, C)) under the masks (validated inputs)."""
-    engine = _engine_masks(inp, label_mask, boundary_mask)
+    engine = _engine_masks(inp, label_mask, boundary_mask, engine=engine)
     if engine is not None:
         from .kernels import launch
         plan, masks, ps = engine
@@ -626,16 +678,29 @@ def _alpha_and_prefix(model: _Model):
     return A, _expected_prefix(model, A)
 
 
-def _expected_prefix(model: _Model, A: torch.Tensor) -> torch.Tensor:
+def _paired(model: _Model, values: Optional[_Model], steps):
+    """``(t, seg, seg of values)`` for each ``(t, seg)`` of ``steps(model)``: the segment scores of
+    both models at the same positions (the same block sizes, so the two scans stay in step)."""
+    if values is None or values is model:
+        for t, seg in steps(model):
+            yield t, seg, seg
+        return
+    for (t, seg), (_, val) in zip(steps(model), steps(values)):
+        yield t, seg, val
+
+
+def _expected_prefix(model: _Model, A: torch.Tensor, values: Optional[_Model] = None) -> torch.Tensor:
     """(B, P, C+1): the expected score of the prefix given that its last segment ends at p with
-    label c, under the prefix distribution proportional to exp(alpha)."""
+    label c, under the prefix distribution proportional to exp(alpha). With ``values``, the
+    expected score under that model's scores (the weights stay ``model``'s)."""
     B, K, C = model.B, model.K, model.C
     Ea = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
-    for t, seg in model.ends():
+    for t, seg, val in _paired(model, values, lambda m: m.ends()):
         e = model.edges(seg)
         x = A[:, t:t + K].flip(1)[..., None] + e  # (B, K, C+1, C)
         w = torch.exp(x - _finite_or_zero(A[:, t + K, None, None, :C]))
-        Ea[:, t + K, :C] = _expectation(w, Ea[:, t:t + K].flip(1)[..., None] + e, (1, 2))
+        e_val = e if val is seg else values.edges(val)
+        Ea[:, t + K, :C] = _expectation(w, Ea[:, t:t + K].flip(1)[..., None] + e_val, (1, 2))
     return Ea
 
 
@@ -647,19 +712,21 @@ def _beta_and_suffix(model: _Model):
     return Bt, _expected_suffix(model, Bt)
 
 
-def _expected_suffix(model: _Model, Bt: torch.Tensor) -> torch.Tensor:
-    """(B, P, C+1): the expected score of the completion of a prefix ending at p with label c."""
+def _expected_suffix(model: _Model, Bt: torch.Tensor, values: Optional[_Model] = None) -> torch.Tensor:
+    """(B, P, C+1): the expected score of the completion of a prefix ending at p with label c
+    (with ``values``: that model's scores, ``model``'s weights)."""
     B, K, C = model.B, model.K, model.C
     Eb = model.S.new_zeros(B, model.T + 1 + 2 * K, C + 1)
     L = model.lengths
-    for s, seg in model.starts():
+    for s, seg, val in _paired(model, values, lambda m: m.starts()):
         if s == model.t_max:
             continue
         e = model.edges(seg)  # (B, K, C+1, C): ends s+1 .. s+K
         nxt = Bt[:, s + K + 1:s + 2 * K + 1, None, :C]
         # the predecessor label's beta, (B, 1, C+1, 1)
         v = torch.exp(e + nxt - _finite_or_zero(Bt[:, s + K][:, None, :, None]))
-        tot = _expectation(v, e + Eb[:, s + K + 1:s + 2 * K + 1, None, :C], (1, 3))
+        e_val = e if val is seg else values.edges(val)
+        tot = _expectation(v, e_val + Eb[:, s + K + 1:s + 2 * K + 1, None, :C], (1, 3))
         Eb[:, s + K] = torch.where((L == s)[:, None], torch.zeros_like(tot), tot)
     return Eb
 
@@ -686,7 +753,7 @@ class _Entropy(torch.autograd.Function):
         return _edge_gradients(model, A, Bt, log_z, grad, (Ea, Eb, expected)).result(inp) + (None, None, None)
 
 
-def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
+def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Optional[torch.Tensor]:
     """(B,) float64 entropy from ONE forward + backward of the engine, or None where the engine
     cannot take the call (then the float64 path of :class:`_Entropy`).
 
@@ -698,15 +765,15 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm) -> Optional[torch.Tensor]:
     the expectation semiring, which the engine's kernels do not run."""
     from . import ops
     from .kernels import launch
-    if not _engine_takes(inp):
+    if engine == "no" or not _engine_takes(inp):
         return None
     masks = None
     ps, pe = inp.proj_start, inp.proj_end
     if lm is not None or bm is not None:
-        engine = _engine_masks(inp, lm, bm)
-        if engine is None:
+        on_engine = _engine_masks(inp, lm, bm, engine=engine)
+        if on_engine is None:
             return None
-        plan, masks, ps = engine
+        plan, masks, ps = on_engine
     else:
         plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K)
     d = lambda t: None if t is None else t.detach()  # noqa: E731
@@ -758,28 +825,35 @@ class _EngineEntropy(torch.autograd.Function):
         return _engine_input_grads(ctx, cum, -grad, q, has_ps, has_pe)
 
 
-def _entropy_engine(inp: StreamingInputs, lm, bm):
+def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
     """``(plan, masks, proj_start)`` of an entropy with its gradient on the engine (the
     time-parallel register-ring plan), or None (the float64 path)."""
     if lm is not None or bm is not None:
-        return _engine_masks(inp, lm, bm)
-    if not _engine_takes(inp):
+        return _engine_masks(inp, lm, bm, engine=engine)
+    if engine == "no" or not _engine_takes(inp):
         return None
     from .kernels.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device)
-    return None if plan is None else (plan, None, inp.proj_start)
+    if plan is None:
+        _refuse(engine, "the entropy's gradient")
+        return None
+    return plan, None, inp.proj_start
 
 
+@keyword_options("proj_start", "proj_end", "label_mask", "boundary_mask", "validate")
 def semi_crf_streaming_entropy(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     label_mask: Optional[torch.Tensor] = None,
     boundary_mask: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+    use_triton: bool = True,
     validate: bool = True,
 ) -> torch.Tensor:
     """Entropy ``H = -sum_y P(y) log P(y)`` (nats) of the distribution over segmentations, (B,).
@@ -812,19 +886,71 @@ def semi_crf_streaming_entropy(
         >>> H.sum().backward(); bool((H > 0).all()), cum.grad.shape
         (True, torch.Size([2, 31, 3]))
     """
-    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate)
+    inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                     label_mask, boundary_mask, validate, backend, use_triton)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
-        H = _entropy_on_engine(inp, lm, bm)
+    if choice == "no":
+        pass
+    elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+        H = _entropy_on_engine(inp, lm, bm, choice)
         if H is not None:
             return H.to(inp.cum_scores.dtype)
     else:
-        engine = _entropy_engine(inp, lm, bm)
+        engine = _entropy_engine(inp, lm, bm, choice)
         if engine is not None:
             return _EngineEntropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
                                         inp.proj_end, inp, engine)
     return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
+
+
+# ---------------------------------------------------------------------- cross-entropy
+
+
+class _NegExpectedScore(torch.autograd.Function):
+    """``-E_p[score_q(y)]`` (B,) for two models over the same positions, by the expectation
+    semiring of the entropy with q's scores inside the expectations and p's weights; both sets of
+    inputs get gradients: ``-Cov_p(d score_p, score_q)`` for p (the entropy's weighted marginals
+    with q's conditional expectations) and ``-E_p[d score_q]`` for q (p's marginals mapped
+    through q's terms, the first segment's phantom term included)."""
+
+    @staticmethod
+    def forward(ctx, p_cum, p_tr, p_db, p_ps, p_pe, q_cum, q_tr, q_db, q_ps, q_pe, inp_p, inp_q, masks_p, masks_q):
+        mp, mq = _Model(inp_p, *masks_p), _Model(inp_q, *masks_q)
+        A = mp.alpha()
+        Ea = _expected_prefix(mp, A, mq)
+        log_z = mp.log_z(A)
+        idx = torch.arange(mp.B, device=mp.device)
+        end = A[idx, mp.lengths + mp.K, :mp.C]
+        ok = torch.isfinite(log_z)
+        p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
+        expected = _expectation(p_last, Ea[idx, mp.lengths + mp.K, :mp.C], 1)
+        ctx.stash = (mp, mq, A, Ea, log_z, expected, inp_p, inp_q)
+        return torch.where(ok, -expected, torch.zeros_like(expected)).to(inp_p.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mp, mq, A, Ea, log_z, expected, inp_p, inp_q = ctx.stash
+        # a sequence whose expectation is infinite (q forbids what p allows) has no gradient
+        finite = torch.isfinite(expected)
+        grad = torch.where(finite, grad.to(torch.float64), torch.zeros_like(expected))
+        keep = finite[:, None, None]
+        Ea = torch.where(keep, Ea, torch.zeros_like(Ea))
+        expected = torch.where(finite, expected, torch.zeros_like(expected))
+        Bt = mp.beta()
+        Eb = torch.where(keep, _expected_suffix(mp, Bt, mq), torch.zeros_like(Ea))
+        g_p = _edge_gradients(mp, A, Bt, log_z, grad, (Ea, Eb, expected), values=mq).result(inp_p)
+        g_q = _edge_gradients(mp, A, Bt, log_z, -grad).result(inp_q, scored=mq)
+        return g_p + g_q + (None, None, None, None)
+
+
+def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInputs, masks_q) -> torch.Tensor:
+    """(B,) ``-E_p[score_q]``, differentiable with respect to both models' float inputs (validated
+    inputs with the same positions, K, C and transition shape; masks as ``(label_mask,
+    boundary_mask)`` pairs). ``0`` where p allows no segmentation, ``+inf`` where p gives
+    probability to a segmentation that q forbids."""
+    return _NegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias, inp_p.proj_start,
+                                   inp_p.proj_end, inp_q.cum_scores, inp_q.transition, inp_q.duration_bias,
+                                   inp_q.proj_start, inp_q.proj_end, inp_p, inp_q, tuple(masks_p), tuple(masks_q))
 
 
 # ---------------------------------------------------------------------- results
@@ -891,6 +1017,10 @@ class SegmentationSamples(_Segmentations):
         self.scores = scores
         self.log_prob = log_prob
         self._set_segments(labels, starts, lengths[None, :])
+
+    def segments_of(self, s: int, b: int) -> List[Segment]:
+        """The segments of sample s of sequence b."""
+        return self.segments[s * self.labels.shape[1] + b]
 
     def __repr__(self) -> str:
         S, B, T = self.labels.shape
@@ -1005,18 +1135,22 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     return out
 
 
+@keyword_options("num_samples", "proj_start", "proj_end", "label_mask", "boundary_mask", "generator", "validate")
 def semi_crf_streaming_sample(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     num_samples: int = 1,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     label_mask: Optional[torch.Tensor] = None,
     boundary_mask: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
+    backend: str = "auto",
+    use_triton: bool = True,
     validate: bool = True,
 ) -> SegmentationSamples:
     """Exact samples from P(segmentation) by forward filtering, backward sampling.
@@ -1052,10 +1186,13 @@ def semi_crf_streaming_sample(
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
-    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate)
+    inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                     label_mask, boundary_mask, validate, backend, use_triton)
+    if choice == "must" and (lm is not None or bm is not None):
+        raise ValueError("backend='triton' samples without masks only; use backend='auto' or 'torch' with "
+                         "label_mask / boundary_mask")
     with torch.no_grad():
-        if _engine_sampling(inp, lm, bm):
+        if choice != "no" and _engine_sampling(inp, lm, bm):
             return _sample_on_engine(inp, num_samples, generator)
         model = _Model(inp, lm, bm)
         A = model.alpha()
@@ -1114,17 +1251,21 @@ def _topk_on_engine(inp: StreamingInputs, k: int) -> Optional["TopKResult"]:
     return first
 
 
+@keyword_options("k", "proj_start", "proj_end", "label_mask", "boundary_mask", "validate")
 def semi_crf_streaming_topk(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
     lengths: torch.Tensor,
     K: int,
+    *,
     k: int,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     label_mask: Optional[torch.Tensor] = None,
     boundary_mask: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+    use_triton: bool = True,
     validate: bool = True,
 ) -> TopKResult:
     """The k highest-scoring distinct segmentations of each sequence, best first.
@@ -1141,6 +1282,12 @@ def semi_crf_streaming_topk(
         label_mask: optional (B, T, C) bool: position t may only carry the labels marked True.
         boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
             starts at t (partial annotations, known landmarks).
+        backend: ``"auto"`` (default: the engine's kernels where they take the call, i.e. CUDA
+            tensors, Triton and a (C, C) transition, else the float64 PyTorch path),
+            ``"triton"`` (the kernels; ``ValueError`` where they cannot take it), ``"torch"`` (the
+            float64 PyTorch path, the reference) or ``"numba"`` (CPU tensors: the compiled engine
+            has no k-best lists, samples, entropy or masks yet, so the float64 PyTorch path runs).
+        use_triton: ``False`` keeps ``"auto"`` off the kernels.
         validate: check the input values (one device-to-host transfer).
 
     Returns:
@@ -1157,12 +1304,16 @@ def semi_crf_streaming_topk(
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
-    inp, lm, bm = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-                             boundary_mask, validate)
-    if lm is None and bm is None and _engine_takes(inp):
+    inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
+                                     label_mask, boundary_mask, validate, backend, use_triton)
+    if choice == "must" and (lm is not None or bm is not None):
+        raise ValueError("backend='triton' runs k-best lists without masks only; use backend='auto' or 'torch' "
+                         "with label_mask / boundary_mask")
+    if choice != "no" and lm is None and bm is None and _engine_takes(inp):
         out = _topk_on_engine(inp, k)
         if out is not None:
             return out
+        _refuse(choice, "this k-best list")
     with torch.no_grad():
         model = _Model(inp, lm, bm)
         B, C, Kd, T = model.B, model.C, model.K, model.T

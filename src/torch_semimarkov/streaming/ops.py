@@ -25,7 +25,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .validation import check_input_values
+from .validation import check_input_values, debug_checks
 
 _STATE_DIMS = 5  # the state tensors have at most this many dimensions
 
@@ -60,7 +60,7 @@ def forward_op(
     checkpoint_interval: Optional[int], num_warps: Optional[int], time_parallel: Optional[bool], save_state: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     eng = _engine()
-    if validate:
+    if validate or debug_checks():
         check_input_values(cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
     options = _options(checkpoint_interval, num_warps, time_parallel)
     meta = torch.zeros(2 + 2 * (_STATE_DIMS + 1), dtype=torch.int64)
@@ -171,7 +171,7 @@ def viterbi_op(
     proj_start: Optional[Tensor], proj_end: Optional[Tensor], backend: str, validate: bool,
     num_warps: Optional[int], time_parallel: Optional[bool],
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    if validate:
+    if validate or debug_checks():
         check_input_values(cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
     scores, labels, starts = _engine()._viterbi_impl(cum_scores, transition, duration_bias, lengths, K, proj_start,
                                                      proj_end, backend, num_warps, time_parallel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,6 +55,12 @@ class StreamingInputs:
         return self.transition.dim() == 3
 
 
+def debug_checks() -> bool:
+    """``TORCH_SEMIMARKOV_DEBUG=1``: check every input's values (NaN, Inf, magnitudes) on every
+    call and backend, even with ``validate=False``, and the engine's outputs too."""
+    return os.environ.get("TORCH_SEMIMARKOV_DEBUG", "") not in ("", "0")
+
+
 def forbid(t: torch.Tensor) -> torch.Tensor:
     """``t`` with every forbidden entry (``-inf`` or ``<= NEG_INF``) set to ``IMPOSSIBLE``."""
     return torch.where(t <= NEG_INF, torch.full_like(t, IMPOSSIBLE), t)
@@ -84,10 +91,18 @@ def lengths_from(lengths, mask, B: int, T: int, check: bool = True) -> torch.Ten
         >>> lengths_from(None, torch.tensor([[True, True, False], [True, True, True]]), 2, 3)
         tensor([2, 3])
     """
+    if isinstance(lengths, torch.Tensor) and lengths.dim() == 2:
+        got = f"lengths must be a (batch,) tensor of sequence lengths, got a {lengths.dtype} tensor of shape {_shape(lengths)}"
+        if lengths.dtype == torch.bool or bool(((lengths == 0) | (lengths == 1)).all()):
+            raise ValueError(f"{got} that looks like a mask of valid positions: use mask= instead")
+        # pytorch-crf's crf(emissions, tags, mask=mask) puts the tags where the head takes lengths
+        raise ValueError(f"{got} that looks like per-position labels: pass them as labels= and a (batch, T) "
+                         "mask as mask= (head.compute_loss(h, labels=tags, mask=mask) is pytorch-crf's "
+                         "crf(emissions, tags, mask=mask))")
     if mask is None:
         if lengths is None:
             raise TypeError("pass lengths (a (batch,) tensor of sequence lengths) or mask (a (batch, T) bool tensor)")
-        if isinstance(lengths, torch.Tensor) and (lengths.dtype == torch.bool or lengths.dim() == 2):
+        if isinstance(lengths, torch.Tensor) and lengths.dtype == torch.bool:
             raise ValueError(
                 f"lengths must be a (batch,) tensor of integers, got a {lengths.dtype} tensor of shape "
                 f"{_shape(lengths)}: to pass a (batch, T) mask of valid positions use mask= instead"
@@ -98,7 +113,10 @@ def lengths_from(lengths, mask, B: int, T: int, check: bool = True) -> torch.Ten
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a (batch, T) bool tensor, got {type(mask).__name__}")
     if tuple(mask.shape) != (B, T):
-        raise ValueError(f"mask must have shape (batch, T) = ({B}, {T}) like hidden_states, got {_shape(mask)}")
+        hint = (": time-first inputs? hidden_states must be (batch, T, features); transpose them "
+                "(h.transpose(0, 1))" if tuple(mask.shape) == (T, B) else "")
+        raise ValueError(f"mask must have shape (batch, T) = ({B}, {T}) like hidden_states (batch, T, ...), "
+                         f"got {_shape(mask)}{hint}")
     if mask.dtype != torch.bool:
         if mask.dtype.is_floating_point or mask.is_complex():
             raise ValueError(f"mask must be a bool tensor (True at valid positions), got dtype {mask.dtype}")
@@ -111,6 +129,10 @@ def lengths_from(lengths, mask, B: int, T: int, check: bool = True) -> torch.Ten
     prefix = torch.arange(T, device=mask.device)[None, :] < lengths[:, None]
     # an empty row fits the prefix pattern but is no sequence: report it with the other mistakes
     wrong = (mask != prefix) | (lengths == 0)[:, None]
+    if torch.compiler.is_compiling():  # inside a graph: a device-side assert, no host read
+        torch._assert_async(~wrong.any(), "mask must be a (batch, T) prefix mask with at least one True per "
+                                          "sequence (checked inside a compiled graph: run eagerly for details)")
+        return lengths
     if bool(wrong.any()):
         b = int(wrong.any(1).nonzero()[0])
         row = mask[b]
@@ -120,6 +142,14 @@ def lengths_from(lengths, mask, B: int, T: int, check: bool = True) -> torch.Ten
         else:
             hole = int((~row).nonzero()[0])
             what = f"it has a hole: False at position {hole} and True again at position {int(row[hole:].nonzero()[0]) + hole}"
+        # a time-first (T, B) mask read as (batch, T): its transpose is the prefix mask
+        flipped = mask.t()
+        if bool((flipped == (torch.arange(B, device=mask.device)[None, :] < flipped.sum(1)[:, None])).all()):
+            raise ValueError(
+                f"mask is not a (batch, T) prefix mask, but its transpose is: time-first inputs? hidden_states "
+                f"({B}, {T}, ...) and mask ({B}, {T}) are read as {B} sequences of {T} positions; pass "
+                "batch-first tensors (h.transpose(0, 1), mask.t(), labels.t())"
+            )
         raise ValueError(
             f"mask must be a prefix mask (True at positions 0 .. L-1 and False after: right padding only), "
             f"but in sequence {b} {what}"
@@ -146,11 +176,20 @@ def _check_float_tensor(name: str, t) -> None:
 
 def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
     n_nan = int(torch.isnan(t).sum())
+    bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
+    first = tuple(int(i) for i in bad.nonzero()[0]) if bool(bad.any()) else ()
+    # where the first one is, in the words of the tensor's layout
+    where = {3: "sequence {}, position {}, label {}", 2: "row {}, column {}", 1: "index {}"}
+    at = f"; the first at {where.get(len(first), 'index {}').format(*first if len(first) <= 3 else [first])}"
+    if name in ("cum_scores",) and len(first) == 3:
+        at = (f"; the first at sequence {first[0]}, cumulative position {first[1]}, label {first[2]} "
+              f"(a per-position score of position {max(first[1] - 1, 0)} or earlier)")
     if allow_neg_inf:
         n_inf = int((t == float("inf")).sum())
-        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what the entry scores)")
+        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what "
+                         f"the entry scores){at}")
     n_inf = int(torch.isinf(t).sum())
-    raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+    raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf){at}")
 
 
 def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
