@@ -240,6 +240,43 @@ def test_compiled_training_step_on_cuda_equals_eager(monkeypatch):
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
+@pytest.mark.parametrize("validate", [True, False], ids=["validate", "novalidate"])
+@pytest.mark.parametrize("mode", ["plain", "fullgraph"])
+def test_compile_as_users_call_it_on_cuda(mode, validate, monkeypatch):
+    """``torch.compile(model)`` and ``torch.compile(model, fullgraph=True, dynamic=True)`` of an
+    encoder + head (inductor, CUDA), with and without validation: equal to eager; in fullgraph
+    mode one graph for new lengths and T; with validation a bad label still raises."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.undo()  # (see test_compiled_training_step_on_cuda_equals_eager)
+    torch.manual_seed(0)
+    model = _head_model(validate, boundary_scores=True)
+    torch._dynamo.reset()
+    counters.clear()
+    opts = {} if mode == "plain" else {"fullgraph": True, "dynamic": True}
+    compiled = torch.compile(model, **opts)
+    for i, (T, lengths) in enumerate([(500, [500, 300]), (500, [123, 500]), (777, [777, 40])]):
+        batch = _gpu_batch(T, lengths, seed=i)
+        model.zero_grad()
+        loss_c = compiled(*batch)
+        loss_c.backward()
+        grads_c = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        loss_e = model(*batch)
+        loss_e.backward()
+        assert_close(loss_c.detach(), loss_e.detach(), rtol=1e-4, atol=1e-4)
+        for a, b in zip(grads_c, (p.grad for p in model.parameters())):
+            assert_close(a, b, rtol=1e-3, atol=1e-4)
+    if mode == "fullgraph":
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    if validate:
+        x, lengths, labels = _gpu_batch(500, [500, 300], seed=9)
+        labels[1, 7] = 11  # out of range
+        with pytest.raises(RuntimeError, match="labels must lie in"):
+            compiled(x, lengths, labels)
+            torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 def test_operators_carry_the_triton_state(kcc):
     """torch.ops.torch_semimarkov.forward / backward on CUDA: the flattened Triton state gives the

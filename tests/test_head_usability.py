@@ -175,3 +175,38 @@ def test_one_result_type_per_concept():
     s = head.sample(h, lengths, num_samples=3, generator=torch.Generator().manual_seed(0))
     assert s.segments_of(2, 1) == s.segments[2 * 2 + 1]
     assert head.decode(h, lengths).segments_of(1) == head.decode(h, lengths).segments[1]
+
+
+# ---------------------------------------------------------------- defaults that lead to good models
+
+
+def test_same_label_neighbours_can_be_forbidden_for_all_or_some_labels():
+    head, h, lengths, _, _ = head_and_batch(allow_same_label_transitions=False)
+    assert bool(torch.isneginf(head.effective_transition().diagonal()).all())
+    s = head.sample(h, lengths, num_samples=6, generator=torch.Generator().manual_seed(0))
+    assert all(a.label != b.label for segs in s.segments for a, b in zip(segs, segs[1:]))
+    # a gold run longer than K needs c -> c: the error says which option
+    labels = torch.tensor([[0] * 6 + [1] * 4, [2] * 7 + [-100] * 3])
+    with pytest.raises(ValueError, match="same-label moves of label 0 are forbidden .*allow_same_label_transitions"):
+        head.compute_loss(h, lengths, labels)
+    # per label: only label 0 (a long background label) may follow itself
+    head, h, lengths, _, _ = head_and_batch(allow_same_label_transitions=[True, False, False])
+    tr = head.effective_transition()
+    assert torch.isfinite(tr[0, 0]) and torch.isneginf(tr[1, 1]) and torch.isneginf(tr[2, 2])
+    assert torch.isfinite(head.compute_loss(h, lengths, torch.tensor([[0] * 6 + [1] * 4, [0] * 7 + [-100] * 3])))
+    assert "allow_same_label_transitions=[True, False, False]" in repr(head)
+    with pytest.raises(ValueError, match="C = 3 bools"):
+        SemiMarkovCRFHead(3, 4, allow_same_label_transitions=[True, False])
+
+
+def test_param_groups_put_the_crf_parameters_apart():
+    head, *_ = head_and_batch(duration="poisson", start_end_scores=True)
+    encoder = torch.nn.Linear(4, H)
+    model = torch.nn.ModuleDict({"encoder": encoder, "head": head})
+    groups = head.param_groups(1e-3, model=model)
+    assert [g["lr"] for g in groups] == [1e-3, 1e-2]
+    crf = {id(p) for p in groups[1]["params"]}
+    assert crf == {id(p) for p in head.crf_parameters()} and id(head.transition) in crf
+    assert {id(p) for p in groups[0]["params"]} == {id(p) for p in model.parameters()} - crf
+    assert head.param_groups(1e-3, crf_lr=5e-2)[1]["lr"] == 5e-2
+    torch.optim.Adam(groups)  # a valid optimiser configuration

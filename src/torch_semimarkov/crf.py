@@ -284,7 +284,7 @@ class SemiMarkovCRF:
 
     def score(self, value: Value) -> torch.Tensor:
         """The unnormalised log-probability of segmentations, differentiable: (B,) for one per
-        sequence, (*lead, B) for ``value`` with leading dimensions (samples, ranks); ``-inf`` for
+        sequence, ``(*lead, B)`` for ``value`` with leading dimensions (samples, ranks); ``-inf`` for
         one the model or the masks forbid. See :meth:`log_prob` for the forms of ``value``."""
         labels, starts, lead = self._segmentations(value)
         i = self._inp
@@ -300,16 +300,15 @@ class SemiMarkovCRF:
     def log_prob(self, value: Value) -> torch.Tensor:
         """``log P(value)`` = score - log Z, differentiable.
 
-        ``value`` is one of: a (B, T) or (*lead, B, T) integer tensor of labels (each maximal run of
+        ``value`` is one of: a (B, T) or ``(*lead, B, T)`` integer tensor of labels (each maximal run of
         a label is one segment, runs longer than K split into K-position pieces; anything past a
         sequence's length is ignored); a list of B lists of ``(start, end, label)`` segments (for
         segmentations where neighbours may share a label); or a result of this distribution
-        (:class:`~torch_semimarkov.ViterbiResult`, :class:`~torch_semimarkov.TopKResult` (B, k) ->
-        (k, B)... see below, :class:`~torch_semimarkov.SegmentationSamples`), whose segments are used
-        as they are.
+        (:class:`~torch_semimarkov.ViterbiResult`, :class:`~torch_semimarkov.TopKResult`,
+        :class:`~torch_semimarkov.SegmentationSamples`), whose segments are used as they are.
 
-        Returns (B,) or (*lead, B): for samples (S, B); for a k-best list (B, k) transposed to
-        (k, B), matching its ``scores.T``.
+        Returns (B,) or ``(*lead, B)``: (S, B) for samples; for a k-best list (k, B), its
+        ``scores`` transposed.
         """
         score = self.score(value)
         return score - self.log_partition

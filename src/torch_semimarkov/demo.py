@@ -96,10 +96,11 @@ def make_encoder(kind: str, in_dim: int, hidden: int) -> nn.Module:
 class SemiCRFTagger(nn.Module):
     """Encoder + semi-CRF head."""
 
-    def __init__(self, encoder: nn.Module, num_classes: int, max_duration: int):
+    def __init__(self, encoder: nn.Module, num_classes: int, max_duration: int, **head_kwargs):
         super().__init__()
         self.encoder = encoder
-        self.head = SemiMarkovCRFHead(num_classes, max_duration, hidden_dim=encoder.hidden, boundary_scores=True)
+        self.head = SemiMarkovCRFHead(num_classes, max_duration, hidden_dim=encoder.hidden, boundary_scores=True,
+                                      **head_kwargs)
 
     def loss(self, batch) -> torch.Tensor:
         h = self.encoder(batch["features"])
@@ -144,17 +145,13 @@ def _progress(total: int, desc: str, enabled: bool):
 def train_model(model: nn.Module, loader: DataLoader, epochs: int, lr: float, device, desc: str, progress: bool = True, crf_lr: Optional[float] = None):
     """Adam with a cosine schedule; returns the per-epoch mean losses.
 
-    ``crf_lr`` is the learning rate of the CRF's own parameters (transition, duration scores): they
-    are few and need to move by several nats, far more than encoder weights.
+    A model with a semi-CRF ``head`` trains the CRF's own parameters (transition, duration scores)
+    at ``crf_lr`` (default ``10 * lr``, :meth:`SemiMarkovCRFHead.param_groups`): they are few and
+    need to move by several nats, far more than encoder weights.
     """
     head = getattr(model, "head", None)
-    if crf_lr is not None and head is not None:
-        crf_ids = {id(p) for p in head.crf_parameters()}
-        groups = [
-            {"params": [p for p in model.parameters() if id(p) not in crf_ids], "lr": lr},
-            {"params": [p for p in model.parameters() if id(p) in crf_ids], "lr": crf_lr},
-        ]
-        opt = torch.optim.Adam(groups)
+    if isinstance(head, SemiMarkovCRFHead):
+        opt = torch.optim.Adam(head.param_groups(lr, crf_lr, model=model))
     else:
         opt = torch.optim.Adam(model.parameters(), lr=lr)
     steps = max(1, epochs * len(loader))

@@ -113,6 +113,13 @@ class SemiMarkovCRFHead(nn.Module):
             (K, C, C) one indexed by the duration of the segment being entered.
         allowed_transitions: optional bool (C, C) mask ``[c_src, c_dst]``; forbidden moves get -inf in
             training and decoding alike.
+        allow_same_label_transitions: whether a segment may follow one of its own label
+            (``Tr[c, c]``): ``True`` (default), ``False``, or C bools (per label, e.g. True only for
+            a background label whose runs are long). Forbidden, each run of a label is one segment
+            and the model cannot spread its probability over the ways of cutting a run into
+            pieces; but a run longer than its label's ``max_duration`` (split into pieces joined
+            by ``c -> c``) becomes impossible. docs/guide.md §1 measures both and explains the
+            default. Combines with ``allowed_transitions``.
         allowed_starts, allowed_ends: optional bool (C,) masks: the labels the first / the last
             segment of a sequence may carry (e.g. a gene model starts and ends in intergenic).
         boundary_scores: add ``Linear(H, C)`` layers ``proj_start`` / ``proj_end`` scoring where
@@ -140,7 +147,7 @@ class SemiMarkovCRFHead(nn.Module):
         >>> _ = torch.manual_seed(0)
         >>> head = SemiMarkovCRFHead(num_classes=3, max_duration=4, hidden_dim=8)
         >>> h, lengths = torch.randn(2, 10, 8), torch.tensor([10, 7])
-        >>> labels = torch.tensor([[0] * 4 + [1] * 6, [2] * 3 + [0] * 4 + [-100] * 3])
+        >>> labels = torch.tensor([[0] * 4 + [1] * 2 + [2] * 4, [2] * 3 + [0] * 4 + [-100] * 3])
         >>> loss = head.compute_loss(h, lengths, labels)
         >>> loss.backward()
         >>> bool(loss >= 0)
@@ -171,6 +178,7 @@ class SemiMarkovCRFHead(nn.Module):
         allowed_starts: Optional[torch.Tensor] = None,
         allowed_ends: Optional[torch.Tensor] = None,
         validate: bool = True,
+        allow_same_label_transitions: Union[bool, Sequence[bool], torch.Tensor] = True,
     ):
         super().__init__()
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral):
@@ -214,13 +222,29 @@ class SemiMarkovCRFHead(nn.Module):
         else:
             self.duration_dist = make_duration(duration, K, C, **(duration_kwargs or {}))
 
+        same = allow_same_label_transitions
+        if isinstance(same, bool):
+            same = [same] * C
+        else:
+            same = torch.as_tensor(same).tolist() if not isinstance(same, (list, tuple)) else list(same)
+            if len(same) != C or not all(isinstance(v, bool) for v in same):
+                raise ValueError(f"allow_same_label_transitions must be True, False or C = {C} bools, got "
+                                 f"{allow_same_label_transitions!r}")
+        self.allow_same_label_transitions = same if len(set(same)) > 1 else same[0]
+        allowed = None
         if allowed_transitions is not None:
             allowed = torch.as_tensor(allowed_transitions)
             if allowed.shape != (C, C):
                 raise ValueError(f"allowed_transitions must have shape (C, C) = ({C}, {C}), got {tuple(allowed.shape)}")
             allowed = allowed.bool()
+        if not all(same):
+            no_self = torch.eye(C, dtype=torch.bool) & ~torch.tensor(same)[:, None]
+            allowed = (torch.ones(C, C, dtype=torch.bool) if allowed is None else allowed) & ~no_self
+        if allowed is not None:
             if not bool(allowed.any(0).all()):
-                raise ValueError("allowed_transitions forbids every move into some label (a column is all False)")
+                raise ValueError("allowed_transitions forbids every move into some label (a column is all False)"
+                                 + ("" if all(same) else " once same-label moves are forbidden "
+                                    "(allow_same_label_transitions)"))
             self.register_buffer("allowed_transitions", allowed)
         else:
             self.allowed_transitions = None
@@ -272,6 +296,8 @@ class SemiMarkovCRFHead(nn.Module):
             mask = getattr(self, name)
             if mask is not None:
                 parts.append(f"{name}={mask.nonzero().reshape(-1).tolist()}")
+        if self.allow_same_label_transitions is not True:
+            parts.append(f"allow_same_label_transitions={self.allow_same_label_transitions}")
         parts += [f"boundary_scores={self.proj_start is not None}", f"start_end_scores={self.start_scores is not None}",
                   f"backend={self.backend!r}", f"time_parallel={self.time_parallel}"]
         if self.cumsum_dtype != torch.float32:
@@ -319,6 +345,33 @@ class SemiMarkovCRFHead(nn.Module):
         if self.start_scores is not None:
             params.extend([self.start_scores, self.end_scores])
         return params
+
+    def param_groups(self, lr: float, crf_lr: Optional[float] = None, model: Optional[nn.Module] = None) -> List[dict]:
+        """Optimiser parameter groups: the CRF's own parameters (:meth:`crf_parameters`: transition,
+        durations, start/end scores) at ``crf_lr`` (default ``10 * lr``), everything else at ``lr``.
+
+        The CRF parameters are few, are shared by every position, and must move by several nats
+        (a duration mean from 10 to 20, a transition score to -5), far more than an encoder weight;
+        at the encoder's learning rate they barely move (docs/guide.md §1).
+
+        Args:
+            lr: the learning rate of the projections (and of ``model``'s other parameters).
+            crf_lr: the learning rate of the CRF parameters (default ``10 * lr``).
+            model: a module holding this head (an encoder + head); its other parameters join the
+                ``lr`` group. Default: the head alone.
+
+        Example:
+            >>> head = SemiMarkovCRFHead(3, 4, hidden_dim=8)
+            >>> encoder = torch.nn.Linear(5, 8)
+            >>> model = torch.nn.ModuleDict({"encoder": encoder, "head": head})
+            >>> opt = torch.optim.Adam(head.param_groups(1e-3, model=model))
+            >>> [g["lr"] for g in opt.param_groups], len(opt.param_groups[1]["params"]) == len(head.crf_parameters())
+            ([0.001, 0.01], True)
+        """
+        crf = self.crf_parameters()
+        crf_ids = {id(q) for q in crf}
+        others = [q for q in (model or self).parameters() if id(q) not in crf_ids]
+        return [{"params": others, "lr": lr}, {"params": crf, "lr": 10 * lr if crf_lr is None else crf_lr}]
 
     def parameter_penalty(self, p: float = 2.0) -> torch.Tensor:
         """``sum |theta|^p`` over the CRF parameters: add ``lambda * head.parameter_penalty()`` to the
@@ -535,6 +588,10 @@ class SemiMarkovCRFHead(nn.Module):
             raise ValueError(
                 f"the gold segmentation of sequence {b} moves {c_prev} -> {c} at position {t}, which the model "
                 "forbids (allowed_transitions, or a -inf transition entry)"
+                + ("" if c_prev != c or self.allow_same_label_transitions is True else
+                   f": same-label moves of label {c} are forbidden (allow_same_label_transitions), and a run of label "
+                   f"{c} longer than its max_duration is cut into pieces joined by {c} -> {c}: allow them for this "
+                   "label or use a larger max_duration")
             )
         raise ValueError(f"{where} that the model forbids: {FORBIDDEN_REASONS[kind]}")
 
