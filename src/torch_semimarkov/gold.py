@@ -26,7 +26,8 @@ import torch
 from .streaming.constants import NEG_INF
 from .streaming.ops import cumsum_time
 
-__all__ = ["labels_to_starts", "segments_to_starts", "gold_score", "forbidden_terms", "FORBIDDEN_REASONS"]
+__all__ = ["labels_to_starts", "segments_to_starts", "gold_score", "forbidden_terms", "FORBIDDEN_REASONS",
+           "explain_bad_gold", "no_segmentation_message"]
 
 #: What :func:`forbidden_terms` codes mean (code 0: nothing forbidden at that position).
 FORBIDDEN_REASONS = {
@@ -134,6 +135,46 @@ def labels_to_starts(
         max_duration = max_duration.to(device=labels.device, dtype=torch.long)[labels]
     starts = valid & (pos_in_run % max_duration == 0)
     return labels, starts
+
+
+def no_segmentation_message(b: int, length: int) -> str:
+    """The error of a sequence whose model allows no segmentation at all (log Z = -inf)."""
+    return (f"sequence {b} (length {length}) has no segmentation that the model allows (log Z = -inf): its "
+            "transition and duration constraints rule out every segmentation of this length; pass "
+            "zero_infinity=True to give such sequences loss 0")
+
+
+def explain_bad_gold(partition, code, starts, labels, lengths, num_classes: int, ignore_index: int,
+                     zero_infinity: bool) -> None:
+    """Raise the ``ValueError`` of a batch whose gold labels are out of range or whose loss is
+    infinite (unless ``zero_infinity``), with one device-to-host read; nothing otherwise.
+
+    Args:
+        partition: (B,) log Z; code, starts: (B, T) of :func:`forbidden_terms` and the gold's
+            segment starts; labels: (B, T) the labels as given (empty when segments were given);
+            lengths: (B,).
+    """
+    bad_label = partition.new_zeros((), dtype=torch.bool)
+    if labels.numel():
+        labels = labels.to(device=lengths.device, dtype=torch.long)
+        inside, outside = _bad_labels(labels, _valid_mask(lengths, labels.shape[1]), num_classes, ignore_index)
+        bad_label = (inside | outside).any()
+    infinite = torch.isneginf(partition) | (code > 0).any(1)
+    host = torch.cat([bad_label.reshape(1), infinite]).tolist()  # the read
+    if host[0]:
+        _raise_bad_labels(labels, lengths, num_classes, ignore_index, inside, outside)
+    if zero_infinity or not any(host[1:]):
+        return
+    b = host[1:].index(True)
+    if bool(torch.isneginf(partition[b])):
+        raise ValueError(no_segmentation_message(b, int(lengths[b])))
+    t = int(code[b].nonzero()[0])
+    ends = starts[b].nonzero().reshape(-1).tolist() + [int(lengths[b])]
+    end = next(e for e in ends if e > t)
+    c = int(labels[b, t]) if labels.numel() else -1
+    what = f"label {c} " if c >= 0 else ""
+    raise ValueError(f"the gold segmentation of sequence {b} has a segment [{t}, {end}) {what}(duration {end - t}) "
+                     f"that the model forbids: {FORBIDDEN_REASONS[int(code[b, t])]}")
 
 
 def _segment_triple(seg, b: int) -> Tuple[int, int, int]:

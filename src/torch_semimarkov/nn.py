@@ -20,7 +20,8 @@ from torch import nn
 from .durations import DurationDistribution, make_duration
 from .scores import cumulative_scores
 from .gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
-                   segments_to_starts)
+                   no_segmentation_message, segments_to_starts)
+from .streaming.ops import checked_nll
 from .crf import SemiMarkovCRF
 from .streaming.autograd import (
     MarginalsResult,
@@ -519,13 +520,10 @@ class SemiMarkovCRFHead(nn.Module):
             mask: instead of ``lengths``, a (B, T) bool mask, True at valid positions; it must be a
                 prefix mask (True at 0 .. L-1, False after): right padding only.
         """
+        if torch.compiler.is_compiling():
+            return SemiCRFOutput(*self._compiled_partition(hidden_states, lengths, mask))
         out = self.build(hidden_states, lengths, mask=mask)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            if torch.compiler.is_compiling():
-                partition = semi_crf_streaming_forward(
-                    out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
-                    **self._engine_kwargs(out))
-                return out._replace(partition=partition)
             try:
                 partition = semi_crf_streaming_forward(
                     out.cum_scores, out.transition, out.duration_bias, out.lengths, self.max_duration,
@@ -534,6 +532,19 @@ class SemiMarkovCRFHead(nn.Module):
                 self._explain_non_finite(exc, hidden_states, out.lengths)
                 raise
         return out._replace(partition=partition)
+
+    def _compiled_partition(self, hidden_states, lengths, mask) -> tuple:
+        """:meth:`forward` inside a compiled graph, as a plain tuple: where the engine's operator
+        breaks a graph (``torch.compile`` without ``fullgraph``), only plain tensors are held
+        across the break (torch 2.11's dynamo rebuilds a NamedTuple held across one wrongly)."""
+        out = self.build(hidden_states, lengths, mask=mask)
+        kwargs = self._engine_kwargs(out)
+        parts = tuple(out)[1:]  # cum_scores, transition, duration_bias, proj_start, proj_end, lengths
+        del out
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            partition = semi_crf_streaming_forward(parts[0], parts[1], parts[2], parts[5], self.max_duration,
+                                                   **kwargs)
+        return (partition,) + parts
 
     def _explain_non_finite(self, exc: ValueError, hidden_states: torch.Tensor, lengths: torch.Tensor) -> None:
         """Only on failure: say where a non-finite per-position score came from."""
@@ -664,30 +675,28 @@ class SemiMarkovCRFHead(nn.Module):
             out, lab, starts, infinite = self._checked_gold(hidden_states, lengths, mask, labels, segments,
                                                             zero_infinity)
         else:
-            # validate=False, or inside a compiled graph: there the checks are device-side asserts
-            # (no host read, no graph break); run the step eagerly for the detailed message
-            out = self.forward(hidden_states, lengths, mask=mask)
+            # validate=False, or inside a compiled graph: there the checks run in an opaque
+            # operator (ops.checked_nll) after the loss, at run time, with the eager errors
+            if torch.compiler.is_compiling():
+                out = SemiCRFOutput(*self._compiled_partition(hidden_states, lengths, mask))
+            else:
+                out = self.forward(hidden_states, lengths, mask=mask)
             lab, starts = self._gold_tensors(out, labels, segments, check=False)
-            if self.validate and labels is not None:
-                bad = any_bad_label(torch.as_tensor(labels), out.lengths, self.num_classes, self.ignore_index)
-                torch._assert_async(~bad, f"labels must lie in [0, {self.num_classes}) inside each sequence and be "
-                                          f"ignore_index={self.ignore_index} past its length (checked inside a "
-                                          "compiled graph: run the step eagerly for the sequence and position)")
             code = forbidden_terms(out.transition, out.duration_bias, out.lengths, lab, starts, out.proj_start,
                                    out.proj_end)
             # an infinite loss: the model allows no segmentation at all (log Z = -inf) or not the gold one
             infinite = torch.isneginf(out.partition) | (code > 0).any(1)
-            if self.validate and not zero_infinity:
-                torch._assert_async(~infinite.any(), "a sequence has an infinite loss: the model allows no "
-                                    "segmentation of it, or forbids its gold segmentation (checked inside a compiled "
-                                    "graph: run the step eagerly for details; zero_infinity=True gives such "
-                                    "sequences loss 0)")
         with torch.autocast(device_type=out.cum_scores.device.type, enabled=False):
             gold = gold_score(
                 out.cum_scores, out.transition, out.duration_bias, out.lengths, lab, starts,
                 proj_start=out.proj_start, proj_end=out.proj_end,
             )
-        return _reduce(out.partition - gold, infinite, zero_infinity, reduction, out.lengths)
+        nll = out.partition - gold
+        if self.validate and torch.compiler.is_compiling():
+            given = torch.as_tensor(labels) if labels is not None else lab.new_empty(0, 0)
+            nll = checked_nll(nll, out.partition, code, starts, given, out.lengths, self.num_classes,
+                              self.ignore_index, zero_infinity)
+        return _reduce(nll, infinite, zero_infinity, reduction, out.lengths)
 
     def _checked_gold(self, hidden_states, lengths, mask, labels, segments, zero_infinity):
         """log Z and the gold tensors with every check of ``validate=True`` in ONE device-to-host
@@ -726,11 +735,7 @@ class SemiMarkovCRFHead(nn.Module):
     def _raise_infinite_loss(self, out: SemiCRFOutput, lab, starts, code, b: int):
         """The error for sequence b's infinite loss: no segmentation at all, or a forbidden gold one."""
         if bool(torch.isneginf(out.partition[b])):
-            raise ValueError(
-                f"sequence {b} (length {int(out.lengths[b])}) has no segmentation that the model allows "
-                "(log Z = -inf): its transition and duration constraints rule out every segmentation of this "
-                "length; pass zero_infinity=True to give such sequences loss 0"
-            )
+            raise ValueError(no_segmentation_message(b, int(out.lengths[b])))
         self._raise_forbidden_gold(out, lab, starts, code, b)
 
     def _dist_args(self, out: SemiCRFOutput) -> tuple:

@@ -214,3 +214,45 @@ def _cumsum_time_backward(ctx, grad):
 
 
 cumsum_time.register_autograd(_cumsum_time_backward, setup_context=_cumsum_time_setup)
+
+
+@torch.library.custom_op("torch_semimarkov::checked_nll", mutates_args=())
+def checked_nll(nll: Tensor, partition: Tensor, code: Tensor, starts: Tensor, labels: Tensor, lengths: Tensor,
+                num_classes: int, ignore_index: int, zero_infinity: bool) -> Tensor:
+    """``nll`` (B,) after the checks of ``validate=True`` that need the data, as one opaque node:
+    inside a compiled graph they run at run time, read their flags once and raise the same
+    ``ValueError`` as eager code (no graph break, no device-side assert). ``labels`` (B, T) are
+    the gold labels as given (empty when segments were given), ``code`` and ``starts`` those of
+    :func:`~torch_semimarkov.gold.forbidden_terms`."""
+    from ..gold import explain_bad_gold
+    explain_bad_gold(partition, code, starts, labels, lengths, num_classes, ignore_index, zero_infinity)
+    return nll.clone()
+
+
+@checked_nll.register_fake
+def _checked_nll_fake(nll, partition, code, starts, labels, lengths, num_classes, ignore_index, zero_infinity):
+    return torch.empty_like(nll)
+
+
+def _checked_nll_setup(ctx, inputs, output):
+    pass
+
+
+def _checked_nll_backward(ctx, grad):
+    return grad, None, None, None, None, None, None, None, None
+
+
+checked_nll.register_autograd(_checked_nll_backward, setup_context=_checked_nll_setup)
+
+
+@torch.library.custom_op("torch_semimarkov::mask_lengths", mutates_args=())
+def mask_lengths(mask: Tensor) -> Tensor:
+    """(B,) lengths of a (B, T) prefix mask, with the eager checks and errors of
+    :func:`~.validation.lengths_from` (an opaque node: inside a compiled graph too)."""
+    from .validation import lengths_from
+    return lengths_from(None, mask, mask.shape[0], mask.shape[1], check=True).clone()
+
+
+@mask_lengths.register_fake
+def _mask_lengths_fake(mask):
+    return mask.new_empty(mask.shape[0], dtype=torch.int64)
