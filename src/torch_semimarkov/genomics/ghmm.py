@@ -449,11 +449,15 @@ class GHMM:
         """``min over k1, k2 >= MIN_INTRON, k1 + k2 <= K of lp[k1+k2] - lp[k1] - lp[k2]`` (lp[k-1]: length k)."""
         K = len(lp)
         best = math.inf
-        for k1 in range(MIN_INTRON, K - MIN_INTRON + 1):
-            k2 = np.arange(MIN_INTRON, K - k1 + 1)
-            if len(k2) == 0:
-                continue
-            best = min(best, float((lp[k1 + k2 - 1] - lp[k1 - 1] - lp[k2 - 1]).min()))
+        k2 = np.arange(MIN_INTRON, K + 1)
+        # by symmetry k1 <= k2 suffices; blocks of k1 keep the (rows, K) temporaries small
+        for a in range(MIN_INTRON, K // 2 + 1, 256):
+            k1 = np.arange(a, min(a + 256, K // 2 + 1))[:, None]
+            total = k1 + k2[None, :]
+            ok = (k2[None, :] >= k1) & (total <= K)
+            if ok.any():
+                val = lp[np.minimum(total, K) - 1] - lp[k1 - 1] - lp[k2 - 1][None, :]
+                best = min(best, float(val[ok].min()))
         return best if math.isfinite(best) else 0.0
 
     # ------------------------------------------------------------------ features of a sequence
