@@ -1,0 +1,359 @@
+"""A discriminatively trained semi-CRF over the generalised HMM's feature components.
+
+:class:`~.ghmm.GHMM` scores a segmentation as a sum of named components (content, in-frame stops,
+splice / start / stop signals, lengths, transitions, sequence ends), each a log-likelihood ratio
+estimated by counting. :class:`FeatureCRF` keeps those components as *features* and learns, by the
+library's exact negative log-likelihood over whole loci, how much each one counts, plus a few
+corrections a generative model cannot fit:
+
+* ``weights`` (one per component, initially 1: the generative GHMM);
+* ``offset`` (C,): a per-base score per label (k·offset for a duration-k segment);
+* ``duration_delta`` (num_basis, C): smooth corrections of every label's length score (Gaussian
+  bumps on log k);
+* ``transition_delta`` (C, C): corrections of the allowed moves.
+
+All start at the GHMM (weights 1, corrections 0), and :meth:`FeatureCRF.penalty` (an L2 pull
+towards it) keeps them near it unless the data say otherwise. The model is log-linear in its
+parameters, so its NLL is convex.
+
+The sequence-dependent components of each locus come from a fitted GHMM's
+:meth:`~.ghmm.GHMM.features` (a locus's features may come from sensors fitted without it: honest
+scores); the sequence-independent ones (lengths, transitions, first / last label) from the GHMM
+passed to :class:`FeatureCRF` (:meth:`FeatureCRF.load_static`). :func:`pack` puts a batch of loci on
+a device in the components' compact form (per-position columns and a label index per column),
+which :meth:`FeatureCRF.engine_inputs` expands with gathers.
+
+Example:
+    >>> import numpy as np
+    >>> from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
+    >>> from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord
+    >>> rng = np.random.default_rng(0)
+    >>> def locus(i):
+    ...     s = list(rng.choice(list("ACGT"), 400))
+    ...     s[100:103], s[160:162], s[238:240], s[300:303] = "ATG", "GT", "AG", "TAA"
+    ...     return GenomicRecord(f"r{i}", "".join(s), [Gene("g", "+", (Exon(100, 160), Exon(240, 300)))])
+    >>> records = [locus(i) for i in range(4)]
+    >>> ghmm = GHMM.fit(records, GHMMConfig(order=2, max_duration=120))
+    >>> crf = FeatureCRF(ghmm)
+    >>> batch = pack([ghmm.features(r) for r in records], [r.genes for r in records])
+    >>> nll = crf.nll(batch, dtype=torch.float64)
+    >>> nll.shape, bool(torch.isfinite(nll).all())
+    (torch.Size([4]), True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..gold import segments_to_starts
+from ..scores import cumulative_scores
+from ..streaming.autograd import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
+from .ghmm import COMPONENTS, GHMM, GHMMFeatures
+from .records import Gene
+
+__all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "SEQUENCE_COMPONENTS", "STATIC_COMPONENTS"]
+
+#: components whose values depend on the sequence (packed per locus)
+SEQUENCE_COMPONENTS = ("content_intergenic", "content_intron", "content_coding", "inframe_stop", "donor",
+                       "acceptor", "start", "stop")
+#: components that do not (taken from the GHMM of :class:`FeatureCRF`)
+STATIC_COMPONENTS = ("length_exon", "length_intron", "length_intergenic", "transition", "ends")
+_PARTS = ("emission", "proj_start", "proj_end")
+
+
+@dataclass
+class PackedTerm:
+    """A batch of one :class:`~.ghmm.Term`: ``value[b, t, c] = values[b, t, index[t % P, c]] * scale[c]``.
+
+    Attributes:
+        values: (B, T, G+1) float, column G all zero (where ``index`` was -1).
+        index: (P, C) long into the G+1 columns.
+        scale: (C,) float or None.
+    """
+
+    values: torch.Tensor
+    index: torch.Tensor
+    scale: Optional[torch.Tensor]
+
+    def dense(self) -> torch.Tensor:
+        """(B, T, C)."""
+        B, T, _ = self.values.shape
+        P, C = self.index.shape
+        t = torch.arange(T, device=self.values.device)
+        idx = self.index[t % P]  # (T, C)
+        out = self.values.gather(2, idx[None].expand(B, T, C))
+        return out if self.scale is None else out * self.scale
+
+
+@dataclass
+class PackedBatch:
+    """Loci on a device: their sequence-dependent components, constraints and gold segmentations.
+
+    Attributes:
+        lengths: (B,) long. T: the padded length.
+        terms: ``{component: {part: [PackedTerm, ...]}}`` for :data:`SEQUENCE_COMPONENTS`.
+        constraints: ``{part: [PackedTerm, ...]}`` (added unweighted: -inf for missing 3' consensus,
+            the 5' penalty and its take-back).
+        labels, starts: (B, T) gold tensors (``segments_to_starts``) or None.
+        segments: the gold segmentations ``[(start, end, label)]`` or None.
+    """
+
+    lengths: torch.Tensor
+    T: int
+    terms: Dict[str, Dict[str, List[PackedTerm]]]
+    constraints: Dict[str, List[PackedTerm]]
+    labels: Optional[torch.Tensor] = None
+    starts: Optional[torch.Tensor] = None
+    segments: Optional[List[List[Tuple[int, int, int]]]] = None
+
+    @property
+    def batch(self) -> int:
+        return int(self.lengths.shape[0])
+
+
+def _pack_terms(per_locus: Sequence[Sequence], T: int, device, dtype) -> List[PackedTerm]:
+    """The i-th term of every locus, padded to T (the terms' index and scale must agree)."""
+    out = []
+    for i, first in enumerate(per_locus[0]):
+        G = first.values.shape[1]
+        vals = np.zeros((len(per_locus), T, G + 1), dtype=np.float64)
+        for b, terms in enumerate(per_locus):
+            term = terms[i]
+            if term.values.shape[1] != G or not np.array_equal(term.index, first.index):
+                raise ValueError("the loci's feature terms differ in layout (were they made by one GHMM class?)")
+            vals[b, :term.values.shape[0], :G] = term.values
+        index = np.where(first.index < 0, G, first.index)
+        scale = None if first.scale is None else torch.as_tensor(first.scale, dtype=dtype, device=device)
+        out.append(PackedTerm(torch.as_tensor(vals, dtype=dtype, device=device),
+                              torch.as_tensor(index, dtype=torch.long, device=device), scale))
+    return out
+
+
+def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gene]]] = None, device="cpu",
+         dtype: torch.dtype = torch.float32, grammar=None) -> PackedBatch:
+    """A :class:`PackedBatch` of loci (their features from :meth:`~.ghmm.GHMM.features`; with
+    ``genes``, the gold segmentations of :meth:`~.labels.GeneGrammar.encode` too)."""
+    if not features:
+        raise ValueError("pack needs at least one locus")
+    T = max(f.T for f in features)
+    K = features[0].K
+    lengths = torch.tensor([f.T for f in features], dtype=torch.long, device=device)
+    terms = {name: {part: _pack_terms([getattr(f.components[name], part) for f in features], T, device, dtype)
+                    for part in _PARTS}
+             for name in SEQUENCE_COMPONENTS}
+    constraints = {part: _pack_terms([getattr(f.constraints, part) for f in features], T, device, dtype)
+                   for part in _PARTS}
+    batch = PackedBatch(lengths, T, terms, constraints)
+    if genes is not None:
+        from .labels import GeneGrammar
+        grammar = grammar or GeneGrammar()
+        segs = [grammar.encode(g, f.T, K) for g, f in zip(genes, features)]
+        labels, starts = segments_to_starts(segs, lengths.cpu(), T, features[0].C, K)
+        batch.labels, batch.starts, batch.segments = labels.to(device), starts.to(device), segs
+    return batch
+
+
+class FeatureCRF(nn.Module):
+    """Learned weights and corrections over a GHMM's feature components (module docstring).
+
+    Args:
+        ghmm: the fitted :class:`~.ghmm.GHMM` whose sequence-independent components (lengths,
+            transitions, ends) and constraints the model uses (:meth:`load_static`).
+        num_basis: Gaussian bumps on log k of the length corrections.
+    """
+
+    def __init__(self, ghmm: GHMM, num_basis: int = 8):
+        super().__init__()
+        self.grammar = ghmm.grammar
+        K, C = ghmm.K, ghmm.grammar.num_labels
+        self.K, self.C = K, C
+        self.components = list(COMPONENTS)
+        self.weights = nn.Parameter(torch.ones(len(self.components), dtype=torch.float64))
+        self.offset = nn.Parameter(torch.zeros(C, dtype=torch.float64))
+        self.duration_delta = nn.Parameter(torch.zeros(num_basis, C, dtype=torch.float64))
+        self.transition_delta = nn.Parameter(torch.zeros(C, C, dtype=torch.float64))
+        logk = torch.log(torch.arange(1, K + 1, dtype=torch.float64))
+        centres = torch.linspace(0.0, math.log(K), num_basis, dtype=torch.float64)
+        width = float(centres[1] - centres[0]) if num_basis > 1 else 1.0
+        self.register_buffer("basis", torch.exp(-0.5 * ((logk[:, None] - centres[None, :]) / width) ** 2))
+        self.load_static(ghmm)
+
+    def load_static(self, ghmm: GHMM) -> None:
+        """Take the sequence-independent components and constraints of ``ghmm`` (same K, grammar)."""
+        if ghmm.K != self.K:
+            raise ValueError(f"the GHMM's K ({ghmm.K}) differs from the model's ({self.K})")
+        static = ghmm._static
+        zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+        dur = torch.stack([torch.as_tensor(static[n].duration) if static[n].duration is not None
+                           else zeros(self.K, self.C) for n in STATIC_COMPONENTS[:4]])
+        tr = torch.stack([torch.as_tensor(static[n].transition) if static[n].transition is not None
+                          else zeros(self.C, self.C) for n in STATIC_COMPONENTS[:4]])
+        cons = static["constraints"]
+        dev = self.offset.device
+        self.register_buffer("static_duration", dur.to(dev), persistent=False)
+        self.register_buffer("static_transition", tr.to(dev), persistent=False)
+        self.register_buffer("log_initial", torch.as_tensor(ghmm.log_initial).to(dev), persistent=False)
+        self.register_buffer("log_final", torch.as_tensor(ghmm.log_final).to(dev), persistent=False)
+        allowed = np.isfinite(cons.duration)
+        # intergenic runs as one-base pieces: the geometric length scores every cut of a run alike,
+        # so with longer pieces a run of n bases would be 2^(n-1) segmentations of one labelling
+        # (log Z would count log 2 per intergenic base); one-base pieces make it one, exactly
+        # the same labelling scores, and the same Viterbi labelling
+        for c, lab in enumerate(self.grammar.labels):
+            if lab.kind == "intergenic":
+                allowed[1:, c] = False
+        self.register_buffer("duration_allowed", torch.as_tensor(allowed).to(dev), persistent=False)
+        self.register_buffer("transition_allowed", torch.as_tensor(np.isfinite(cons.transition)).to(dev),
+                             persistent=False)
+
+    def _w(self, name: str) -> torch.Tensor:
+        return self.weights[self.components.index(name)]
+
+    def penalty(self) -> torch.Tensor:
+        """``||weights - 1||^2 + ||offset||^2 + ||duration_delta||^2 + ||transition_delta||^2``
+        (the allowed moves only): the pull towards the generative GHMM."""
+        tr = torch.where(self.transition_allowed, self.transition_delta, torch.zeros_like(self.transition_delta))
+        return ((self.weights - 1) ** 2).sum() + (self.offset ** 2).sum() + (self.duration_delta ** 2).sum() + \
+            (tr ** 2).sum()
+
+    def engine_inputs(self, batch: PackedBatch, dtype: torch.dtype = torch.float32):
+        """``(cum_scores, transition, duration_bias, proj_start, proj_end)`` of the batch, differentiable
+        in the parameters (float32 for the GPU engine by default)."""
+        B, T, C, K = batch.batch, batch.T, self.C, self.K
+        dev = batch.lengths.device
+        parts = {p: torch.zeros(B, T, C, dtype=dtype, device=dev) for p in _PARTS}
+        w = self.weights.to(dtype)
+        for name in SEQUENCE_COMPONENTS:
+            wi = w[self.components.index(name)]
+            for p in _PARTS:
+                for term in batch.terms[name][p]:
+                    parts[p] = parts[p] + wi * term.dense().to(dtype)
+        for p in _PARTS:
+            for term in batch.constraints[p]:
+                parts[p] = parts[p] + term.dense().to(dtype)
+        valid = (torch.arange(T, device=dev)[None, :] < batch.lengths[:, None])[..., None]
+        emission = parts["emission"] + self.offset.to(dtype)
+        # the same quantity from every label's score: exact, keeps the sums small
+        emission = torch.where(valid, emission - emission.mean(-1, keepdim=True), emission.new_zeros(()))
+        ws = torch.stack([self._w(n) for n in STATIC_COMPONENTS[:4]])
+        duration = torch.einsum("n,nkc->kc", ws, self.static_duration) + self.basis @ self.duration_delta
+        transition = torch.einsum("n,nij->ij", ws, self.static_transition) + self.transition_delta
+        transition = transition.masked_fill(~self.transition_allowed, float("-inf"))
+        duration = duration.masked_fill(~self.duration_allowed, float("-inf"))
+        cum, duration = cumulative_scores(emission, batch.lengths, duration.to(dtype))
+        transition = transition.to(dtype)
+        w_ends = self._w("ends").to(dtype)
+        b = torch.arange(B, device=dev)
+        first = torch.zeros(B, T, C, dtype=dtype, device=dev)
+        first[:, 0] = w_ends * self.log_initial.to(dtype)
+        # the engine's first-segment term logsumexp_{c'} Tr[c', c] is cancelled: the first label's
+        # score is the ends component's alone, as in the GHMM
+        lse = torch.logsumexp(transition, 0)
+        first[:, 0] = first[:, 0] - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        last = torch.zeros(B, T, C, dtype=dtype, device=dev)
+        last[b, batch.lengths - 1] = w_ends * self.log_final.to(dtype)
+        return cum, transition, duration, parts["proj_start"] + first, parts["proj_end"] + last
+
+    def nll(self, batch: PackedBatch, dtype: torch.dtype = torch.float32,
+                      backend: str = "auto") -> torch.Tensor:
+        """(B,) ``-log P(gold labelling)``: the probability of every segmentation whose labels are
+        the gold ones, whatever the cuts inside its runs (an intergenic run longer than K is several
+        segments joined by a self move; the geometric intergenic length scores every cut alike, so
+        a model trained on one canonical cut would spread its mass over the others). The sum over
+        the cuts of each run of label c is a one-label semi-CRF over the run (its duration and
+        self-move scores, the run's content and boundary terms), run on the engine for all runs of
+        one label at once; the moves between runs and a run of a label that cannot follow itself
+        are fixed. ``inf`` for a locus whose gold labelling the model forbids."""
+        if batch.segments is None:
+            raise ValueError("the batch has no gold segmentations (pack(..., genes=...))")
+        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                           backend=backend, validate=False)
+        return log_z - self._labelled_log_partition(batch, cum, tr, db, ps, pe, backend)
+
+    def _labelled_log_partition(self, batch, cum, tr, db, ps, pe, backend):
+        dev = cum.device
+        runs: Dict[int, List[Tuple[int, int, int]]] = {}  # label -> [(b, s, e)]
+        entry = []  # (b, previous label or -1, label)
+        for b, segs in enumerate(batch.segments):
+            prev = -1
+            for s, e, c in segs:
+                if c == prev and runs[c][-1][0] == b and runs[c][-1][2] == s:
+                    runs[c][-1] = (b, runs[c][-1][1], e)
+                    continue
+                runs.setdefault(c, []).append((b, s, e))
+                entry.append((b, prev, c))
+                prev = c
+        total = cum.new_zeros(batch.batch)
+        # the move into each run: the engine's first-segment term for the first, Tr[c', c] after
+        eb, ep, ec = (torch.tensor(x, device=dev) for x in zip(*entry))
+        lse = torch.logsumexp(tr, 0)
+        total = total.index_add(0, eb, torch.where(ep < 0, lse[ec], tr[ep.clamp(min=0), ec]))
+        for c, rr in runs.items():
+            rb, rs, re_ = (torch.tensor(x, device=dev) for x in zip(*rr))
+            n = re_ - rs
+            if not bool(torch.isfinite(tr[c, c])):
+                # one segment per run: its score
+                val = (cum[rb, re_, c] - cum[rb, rs, c] + db[(n - 1).clamp(max=self.K - 1), c]
+                       + ps[rb, rs, c] + pe[rb, re_ - 1, c])
+                total = total.index_add(0, rb, val)
+                continue
+            width = int(n.max())
+            offs = torch.arange(width + 1, device=dev)
+            pos = (rs[:, None] + torch.minimum(offs[None, :], n[:, None])).clamp(max=cum.shape[1] - 1)
+            sub_cum = (cum[rb[:, None], pos, c] - cum[rb, rs, c][:, None])[..., None]
+            pos_t = (rs[:, None] + offs[None, :width]).clamp(max=ps.shape[1] - 1)
+            inside = offs[None, :width] < n[:, None]
+            zero = ps.new_zeros(())
+            sub_ps = torch.where(inside, ps[rb[:, None], pos_t, c], zero)[..., None]
+            sub_pe = torch.where(inside, pe[rb[:, None], pos_t, c], zero)[..., None]
+            log_z_run = semi_crf_streaming_forward(sub_cum, tr[c, c].reshape(1, 1), db[:, c:c + 1], n, self.K,
+                                                   proj_start=sub_ps, proj_end=sub_pe, backend=backend,
+                                                   validate=False)
+            # the sub-problem's first piece got its phantom term Tr[c, c]: the entry term replaces it
+            total = total.index_add(0, rb, log_z_run - tr[c, c])
+        return total
+
+    @torch.no_grad()
+    def decode(self, batch: PackedBatch, dtype: torch.dtype = torch.float32,
+               backend: str = "auto") -> List[List[Tuple[int, int, int]]]:
+        """The Viterbi segmentation of each locus, ``[(start, end, label)]``."""
+        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        out = semi_crf_streaming_viterbi(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                         backend=backend, validate=False)
+        offsets = out.segment_offsets.tolist()
+        s, e, c = out.segment_starts.tolist(), out.segment_ends.tolist(), out.segment_labels.tolist()
+        return [list(zip(s[a:z], e[a:z], c[a:z])) for a, z in zip(offsets[:-1], offsets[1:])]
+
+    @torch.no_grad()
+    def exon_posteriors(self, batch: PackedBatch, segments: Sequence[Sequence[Tuple[int, int, int]]],
+                        dtype: torch.dtype = torch.float32, backend: str = "auto") -> List[Dict[Tuple[int, int], float]]:
+        """Per locus, ``{(start, end): score}`` for each exon of ``segments`` (a maximal run of
+        adjacent coding segments: an exon and its continuation pieces), the score
+        ``min(P(a segment of its first label starts at start), P(one of its last label ends at
+        end - 1))`` from one forward-backward pass: an upper bound of the exon's posterior
+        probability (the exact one would need a constrained pass per exon)."""
+        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        m = semi_crf_streaming_marginals(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                         backend=backend, validate=False)
+        start, end = m.start.double().cpu(), m.end.double().cpu()
+        labels = self.grammar.labels
+        out = []
+        for b, segs in enumerate(segments):
+            scores, run = {}, []
+            for seg in list(segs) + [None]:
+                coding = seg is not None and labels[seg[2]].coding
+                if run and (not coding or seg[0] != run[-1][1]):
+                    s0, c0, e1, c1 = run[0][0], run[0][2], run[-1][1], run[-1][2]
+                    scores[(s0, e1)] = float(min(start[b, s0, c0], end[b, e1 - 1, c1]))
+                    run = []
+                if coding:
+                    run.append(seg)
+            out.append(scores)
+        return out
