@@ -48,6 +48,23 @@ def _features(args):
     return idx, _WORK["models"][model_key].features(_WORK["records"][idx])
 
 
+def _fit(args):
+    key, config = args
+    folds = _WORK["folds"]
+    records = [r for r, f in zip(_WORK["records"], folds) if key == "all" or f != key]
+    return key, GHMM.fit(records, config)
+
+
+def fit_ghmms(records: List, folds: np.ndarray, config: GHMMConfig, procs: int) -> Dict:
+    """The GHMM fitted without each fold and on everything, in parallel (fork) when procs > 1."""
+    _WORK.update(records=records, folds=folds)
+    keys = [(j, config) for j in range(int(folds.max()) + 1)] + [("all", config)]
+    if procs > 1:
+        with get_context("fork").Pool(min(procs, len(keys))) as pool:
+            return dict(pool.map(_fit, keys))
+    return dict(map(_fit, keys))
+
+
 def features_for(models: Dict, records: List, assign: List, procs: int) -> List:
     """``assign[i]`` names the model that scores record i; in parallel (fork) when procs > 1."""
     _WORK.update(models=models, records=records)
@@ -73,7 +90,7 @@ def train(crf: FeatureCRF, packed: List, reg: float, max_iter: int, budget_s: fl
     """L-BFGS on the mean per-locus NLL of the gold labellings + reg * penalty (full batch)."""
     loci = float(sum(b.batch for b in packed))
     # max_iter=1 per step() (the time budget is checked between iterations); max_eval bounds the line search
-    opt = torch.optim.LBFGS(crf.parameters(), lr=1.0, max_iter=1, max_eval=20, history_size=20, line_search_fn="strong_wolfe",
+    opt = torch.optim.LBFGS([p for p in crf.parameters() if p.requires_grad], lr=1.0, max_iter=1, max_eval=20, history_size=20, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-10, tolerance_change=1e-12)
     state = {"evals": 0, "dropped": 0}
 
@@ -135,6 +152,9 @@ def main(argv=None):
     ap.add_argument("--max-duration", type=int, default=None)
     ap.add_argument("--reg", type=float, default=0.05, help="L2 pull towards the GHMM (per locus of data)")
     ap.add_argument("--max-iter", type=int, default=25)
+    ap.add_argument("--params", default="weights,offset",
+                    help="the parameters learned (of weights, offset, duration_delta, transition_delta); the "
+                         "others stay at the GHMM's values")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit")
     ap.add_argument("--max-train-length", type=int, default=20000, help="longest locus the weights train on")
     ap.add_argument("--max-batch", type=int, default=128)
@@ -170,10 +190,7 @@ def main(argv=None):
         f"device {device}, stage {args.stage}")
     folds = np.random.default_rng(args.seed).permutation(len(train_recs)) % args.folds
     t0 = time.perf_counter()
-    models = {}
-    for j in range(args.folds):
-        models[j] = GHMM.fit([r for r, f in zip(train_recs, folds) if f != j], config)
-    models["all"] = GHMM.fit(train_recs, config)
+    models = fit_ghmms(train_recs, folds, config, args.procs)
     log(f"  {args.folds + 1} GHMM fits: {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     feats = features_for(models, train_recs, [int(f) for f in folds], args.procs)
@@ -182,11 +199,14 @@ def main(argv=None):
     lengths = [f.T for f in feats]
     result_path = os.path.join(args.out, "crf_cv.json")
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
-    results.update(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, device=str(device),
+    results.update(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params, device=str(device),
                    gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
 
     def fit(model_key, train_idx):
         crf = FeatureCRF(models[model_key]).to(device)
+        learned = set(args.params.split(","))
+        for name, p in crf.named_parameters():
+            p.requires_grad_(name in learned)
         usable = [i for i in train_idx if lengths[i] <= args.max_train_length]
         packed = [pack([feats[i] for i in g], [train_recs[i].genes for i in g], device=device, dtype=dtype,
                        grammar=grammar) for g in batches(usable, lengths, args.max_batch)]
