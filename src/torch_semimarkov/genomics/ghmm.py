@@ -400,14 +400,14 @@ class GHMM:
         for c, lab in enumerate(labels):
             if lab.kind == "cont":
                 mask[:, c] &= (k == K3) | (k == K3 - 3)
-        residues = g.duration_residues()
 
         # exon lengths: the type's distribution restricted to the label's allowed lengths
         dur_exon = np.zeros((K, C))
+        lp_type = {t: d.log_pmf(K) for t, d in self.exon_lengths.items()}
         for c, lab in enumerate(labels):
             if lab.kind != "exon":
                 continue
-            lp = self.exon_lengths[lab.exon_type].log_pmf(K)
+            lp = lp_type[lab.exon_type]
             ok = mask[:, c]
             dur_exon[ok, c] = lp[ok] - np.logaddexp.reduce(lp[ok])
 
