@@ -22,6 +22,11 @@ MODULES = [
     "torch_semimarkov.genomics.batches",
     "torch_semimarkov.genomics.models",
     "torch_semimarkov.genomics.pipeline",
+    "torch_semimarkov.genomics.sensors",
+    "torch_semimarkov.genomics.ghmm",
+    "torch_semimarkov.genomics.feature_crf",
+    "torch_semimarkov.crf",
+    "torch_semimarkov.scores",
 ]
 
 

@@ -4,6 +4,9 @@
 * :mod:`.genbank`: GenBank loader (Biopython) and the AUGUSTUS tutorial data (fetched on request).
 * :mod:`.labels`: :class:`GeneGrammar` (the semi-CRF's generalised-HMM label set) and
   :class:`CodonLabels` (per-position labels of the K = 1 baselines).
+* :mod:`.sensors`, :mod:`.ghmm`: generative sensors (Markov chains, weight array models, lengths)
+  and the generalised HMM built from them as named feature components.
+* :mod:`.feature_crf`: a semi-CRF that learns weights over those components by the exact NLL.
 * :mod:`.models`: DNA encoder, :class:`GeneStructureHead`, the semi-CRF gene finder and baselines.
 * :mod:`.batches`, :mod:`.pipeline`: training windows, training with a time budget, prediction.
 * :mod:`.gff`, :mod:`.evaluate`: GFF3 output / GTF input, and AUGUSTUS-style accuracy.
@@ -13,6 +16,8 @@ else needs only torch and numpy. The worked example is ``examples/gene_finding/`
 """
 
 from .evaluate import evaluate_predictions, format_table
+from .feature_crf import FeatureCRF
+from .ghmm import GHMM, GHMMConfig
 from .gff import read_cds, write_gff3
 from .labels import CodonLabels, GeneGrammar
 from .models import CodonCRFTagger, CodonSoftmaxTagger, GeneStructureHead, SemiCRFGeneFinder, build_model
@@ -23,6 +28,9 @@ __all__ = [
     "Gene",
     "GenomicRecord",
     "GeneGrammar",
+    "GHMM",
+    "GHMMConfig",
+    "FeatureCRF",
     "CodonLabels",
     "GeneStructureHead",
     "SemiCRFGeneFinder",
