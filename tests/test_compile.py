@@ -46,6 +46,17 @@ def _loss_and_grads(model, fn, batch):
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
+def _assert_compiled_equals_eager(model, compiled, runs):
+    """Loss and every gradient of ``compiled`` equal eager ``model``'s on each (T, lengths) run."""
+    for i, (T, lengths) in enumerate(runs):
+        batch = _batch(T, lengths, seed=i)
+        loss_c, grads_c = _loss_and_grads(model, compiled, batch)
+        loss_e, grads_e = _loss_and_grads(model, model, batch)
+        assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-5)
+        for a, b in zip(grads_c, grads_e):
+            assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("options", [{}, {"boundary_scores": True, "transition": "duration", "min_duration": 2}],
                          ids=["plain", "boundary-KCC-min"])
@@ -56,22 +67,16 @@ def test_compiled_training_loss_equals_eager_without_recompiling(backend, option
     counters.clear()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
     # new lengths, then new T: one graph for all of them
-    for i, (T, lengths) in enumerate([(40, [40, 27]), (40, [13, 40]), (53, [53, 9]), (31, [31, 31])]):
-        batch = _batch(T, lengths, seed=i)
-        loss_c, grads_c = _loss_and_grads(model, compiled, batch)
-        loss_e, grads_e = _loss_and_grads(model, model, batch)
-        assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-5)
-        for a, b in zip(grads_c, grads_e):
-            assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_compiled_equals_eager(model, compiled, [(40, [40, 27]), (40, [13, 40]), (53, [53, 9]), (31, [31, 31])])
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
-def test_compiled_with_validation_still_raises(fullgraph=False):
+def test_compiled_with_validation_still_raises():
     """validate=True under compile: the checks run in an opaque operator inside the graph (no graph
     break, so fullgraph=True captures the step) and raise the eager error."""
     model = _Model()
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=True)
     x, lengths, labels = _batch(20, [20, 11], seed=3)
     assert torch.isfinite(compiled(x, lengths, labels))
     labels[1, 2] = 7  # out of range inside the sequence
@@ -80,14 +85,14 @@ def test_compiled_with_validation_still_raises(fullgraph=False):
             fn(x, lengths, labels)
 
 
-def test_compiled_with_validation_raises_for_an_infinite_loss(fullgraph=False):
+def test_compiled_with_validation_raises_for_an_infinite_loss():
     """validate=True under compile: a gold segmentation the model forbids still raises, with the
     segment and the reason."""
     allowed = torch.ones(3, 3, dtype=torch.bool)
     allowed[0, 1] = False
     model = _Model(allowed_transitions=allowed)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=True)
     x, lengths, _ = _batch(12, [12, 8], seed=4)
     labels = torch.tensor([[0] * 6 + [1] * 6, [2] * 8 + [-100] * 4])  # 0 -> 1 at position 6
     with pytest.raises(ValueError, match="moves 0 -> 1 at position 6"):
@@ -107,13 +112,7 @@ def test_compile_as_users_call_it_with_validation(options):
         torch._dynamo.reset()
         counters.clear()
         compiled = torch.compile(model, backend="aot_eager", **opts)
-        for i, (T, lengths) in enumerate([(40, [40, 27]), (53, [53, 9])]):
-            batch = _batch(T, lengths, seed=i)
-            loss_c, grads_c = _loss_and_grads(model, compiled, batch)
-            loss_e, grads_e = _loss_and_grads(model, model, batch)
-            assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-5)
-            for a, b in zip(grads_c, grads_e):
-                assert_close(a, b, rtol=1e-4, atol=1e-5)
+        _assert_compiled_equals_eager(model, compiled, [(40, [40, 27]), (53, [53, 9])])
         if opts:
             assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
             x, lengths, labels = _batch(20, [20, 11], seed=3)

@@ -196,6 +196,22 @@ def _gpu_batch(T, lengths, seed):
     return x.cuda(), torch.tensor(lengths).cuda(), labels.cuda()
 
 
+def _assert_compiled_equals_eager(model, compiled):
+    """Loss and gradients of ``compiled`` equal eager ``model``'s for new lengths, then new T."""
+    for i, (T, lengths) in enumerate([(500, [500, 300]), (500, [123, 500]), (777, [777, 40])]):
+        batch = _gpu_batch(T, lengths, seed=i)
+        model.zero_grad()
+        loss_c = compiled(*batch)
+        loss_c.backward()
+        grads_c = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        loss_e = model(*batch)
+        loss_e.backward()
+        assert_close(loss_c.detach(), loss_e.detach(), rtol=1e-4, atol=1e-4)
+        for a, b in zip(grads_c, (p.grad for p in model.parameters())):
+            assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("time_parallel", [False, True])
 def test_training_step_never_syncs_without_validation(time_parallel):
     """validate=False: forward and backward of the loss run with CUDA sync debug mode 'error'."""
@@ -225,18 +241,7 @@ def test_compiled_training_step_on_cuda_equals_eager(monkeypatch):
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(model, fullgraph=True, dynamic=True)
-    for i, (T, lengths) in enumerate([(500, [500, 300]), (500, [123, 500]), (777, [777, 40])]):
-        batch = _gpu_batch(T, lengths, seed=i)
-        model.zero_grad()
-        loss_c = compiled(*batch)
-        loss_c.backward()
-        grads_c = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        loss_e = model(*batch)
-        loss_e.backward()
-        assert_close(loss_c.detach(), loss_e.detach(), rtol=1e-4, atol=1e-4)
-        for a, b in zip(grads_c, (p.grad for p in model.parameters())):
-            assert_close(a, b, rtol=1e-3, atol=1e-4)
+    _assert_compiled_equals_eager(model, compiled)
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
@@ -255,18 +260,7 @@ def test_compile_as_users_call_it_on_cuda(mode, validate, monkeypatch):
     counters.clear()
     opts = {} if mode == "plain" else {"fullgraph": True, "dynamic": True}
     compiled = torch.compile(model, **opts)
-    for i, (T, lengths) in enumerate([(500, [500, 300]), (500, [123, 500]), (777, [777, 40])]):
-        batch = _gpu_batch(T, lengths, seed=i)
-        model.zero_grad()
-        loss_c = compiled(*batch)
-        loss_c.backward()
-        grads_c = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        loss_e = model(*batch)
-        loss_e.backward()
-        assert_close(loss_c.detach(), loss_e.detach(), rtol=1e-4, atol=1e-4)
-        for a, b in zip(grads_c, (p.grad for p in model.parameters())):
-            assert_close(a, b, rtol=1e-3, atol=1e-4)
+    _assert_compiled_equals_eager(model, compiled)
     if mode == "fullgraph":
         assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     if validate:

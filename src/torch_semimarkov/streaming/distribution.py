@@ -731,18 +731,23 @@ def _expected_suffix(model: _Model, Bt: torch.Tensor, values: Optional[_Model] =
     return Eb
 
 
+def _expected_score(model: _Model, A: torch.Tensor, Ea: torch.Tensor):
+    """(log Z, E[score]) (B,) from the forward messages and the expected prefix scores
+    (:func:`_expected_prefix`): the expectation over the last label at each sequence's end."""
+    log_z = model.log_z(A)
+    idx = torch.arange(model.B, device=model.device)
+    end = A[idx, model.lengths + model.K, :model.C]
+    p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
+    return log_z, _expectation(p_last, Ea[idx, model.lengths + model.K, :model.C], 1)
+
+
 class _Entropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, label_mask, boundary_mask):
         model = _Model(inp, label_mask, boundary_mask)
         A, Ea = _alpha_and_prefix(model)
-        log_z = model.log_z(A)
-        idx = torch.arange(model.B, device=model.device)
-        end = A[idx, model.lengths + model.K, :model.C]
-        ok = torch.isfinite(log_z)
-        p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
-        expected = _expectation(p_last, Ea[idx, model.lengths + model.K, :model.C], 1)
-        H = torch.where(ok, log_z - expected, torch.zeros_like(log_z))
+        log_z, expected = _expected_score(model, A, Ea)
+        H = torch.where(torch.isfinite(log_z), log_z - expected, torch.zeros_like(log_z))
         ctx.stash = (model, A, Ea, log_z, expected, inp)
         return H.to(inp.cum_scores.dtype)
 
@@ -918,14 +923,9 @@ class _NegExpectedScore(torch.autograd.Function):
         mp, mq = _Model(inp_p, *masks_p), _Model(inp_q, *masks_q)
         A = mp.alpha()
         Ea = _expected_prefix(mp, A, mq)
-        log_z = mp.log_z(A)
-        idx = torch.arange(mp.B, device=mp.device)
-        end = A[idx, mp.lengths + mp.K, :mp.C]
-        ok = torch.isfinite(log_z)
-        p_last = torch.exp(end - _finite_or_zero(log_z)[:, None])
-        expected = _expectation(p_last, Ea[idx, mp.lengths + mp.K, :mp.C], 1)
+        log_z, expected = _expected_score(mp, A, Ea)
         ctx.stash = (mp, mq, A, Ea, log_z, expected, inp_p, inp_q)
-        return torch.where(ok, -expected, torch.zeros_like(expected)).to(inp_p.cum_scores.dtype)
+        return torch.where(torch.isfinite(log_z), -expected, torch.zeros_like(expected)).to(inp_p.cum_scores.dtype)
 
     @staticmethod
     def backward(ctx, grad):

@@ -183,11 +183,15 @@ def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
     bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
     first = tuple(int(i) for i in bad.nonzero()[0]) if bool(bad.any()) else ()
     # where the first one is, in the words of the tensor's layout
-    where = {3: "sequence {}, position {}, label {}", 2: "row {}, column {}", 1: "index {}"}
-    at = f"; the first at {where.get(len(first), 'index {}').format(*first if len(first) <= 3 else [first])}"
-    if name in ("cum_scores",) and len(first) == 3:
+    if name == "cum_scores" and len(first) == 3:
         at = (f"; the first at sequence {first[0]}, cumulative position {first[1]}, label {first[2]} "
               f"(a per-position score of position {max(first[1] - 1, 0)} or earlier)")
+    elif len(first) == 3:
+        at = f"; the first at sequence {first[0]}, position {first[1]}, label {first[2]}"
+    elif len(first) == 2:
+        at = f"; the first at row {first[0]}, column {first[1]}"
+    else:
+        at = f"; the first at index {first}"
     if allow_neg_inf:
         n_inf = int((t == float("inf")).sum())
         raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what "
