@@ -686,7 +686,8 @@ def semi_crf_streaming_marginals(
                 check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
                                    inp.proj_end)
             masks = check_masks(label_mask, boundary_mask, inp.batch, inp.T, inp.C, inp.cum_scores.device)
-            log_z, p_start, p_end = constrained_marginals(inp, *masks, engine_choice(inp, backend, use_triton))
+            log_z, p_start, p_end = constrained_marginals(inp, *masks, engine_choice(inp, backend, use_triton),
+                                                         backend)
         else:
             log_z, state_a, state_b, meta = ops.forward_op(*args, "log", ps, pe, name, bool(validate), *opts, True)
             # the gradients of sum_b log Z[b] with respect to the projections are the start / end marginals

@@ -38,7 +38,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .backends import resolve_backend
+from .backends import numba_engine, resolve_backend
 from .constants import NEG_INF
 from .segments import Segment, SegmentTensorsMixin, segment_tensors
 from .signature import keyword_options
@@ -378,6 +378,23 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
     return "must"
 
 
+def _cpu_engine(inp: StreamingInputs, backend: str = "auto"):
+    """The compiled CPU engine (:mod:`.numba_engine`) when a call beyond the plain log Z runs on
+    it, else None: CPU tensors, ``backend="numba"``, or ``"auto"`` with numba importable (and
+    :data:`ENGINE_ON_CPU` off: with it, tests send CPU tensors to the Triton kernels)."""
+    if inp.cum_scores.is_cuda or backend not in ("auto", "numba") or (backend == "auto" and ENGINE_ON_CPU):
+        return None
+    return numba_engine() or None
+
+
+def _cpu_limits(inp: StreamingInputs, lm, bm):
+    """The masks as the compiled engine's segment limits ``(min_start, max_end, forbidden_start)``
+    (None without masks)."""
+    if lm is None and bm is None:
+        return None
+    return segment_limits(lm, bm, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
+
+
 def _triton_loads() -> bool:
     from .kernels import HAS_TRITON
     return bool(HAS_TRITON)
@@ -506,6 +523,13 @@ def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, 
     None where the engine cannot take the masks (then :func:`semi_crf_streaming_topk` with k = 1)."""
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                      label_mask, boundary_mask, validate, backend, use_triton)
+    eng = _cpu_engine(inp, backend)
+    if eng is not None:
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        scores, labels, starts = eng.semi_crf_streaming_viterbi_numba(
+            d(inp.cum_scores), d(inp.transition), d(inp.duration_bias), inp.lengths, inp.K, d(inp.proj_start),
+            d(inp.proj_end), masks=_cpu_limits(inp, lm, bm))
+        return scores.to(inp.cum_scores.dtype), labels, starts, inp.lengths
     engine = _engine_masks(inp, lm, bm, "max", choice)
     if engine is None:
         return None
@@ -517,6 +541,30 @@ def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, 
                                                        inp.lengths, inp.K, d(ps), d(inp.proj_end), plan=plan,
                                                        masks=masks)
     return scores.to(inp.cum_scores.dtype), labels, starts, inp.lengths
+
+
+class _NumbaConstrainedLogZ(torch.autograd.Function):
+    """log Z of the allowed segmentations on the compiled CPU engine (its forward and backward
+    with segment limits)."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, limits):
+        eng = numba_engine()
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        args = (d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K)
+        log_z, ring, interval, norms = eng.semi_crf_streaming_forward_numba(*args, "log", d(proj_start),
+                                                                            d(proj_end), masks=limits)
+        ctx.stash = (args, d(proj_start), d(proj_end), limits, (log_z, ring, interval, norms),
+                     proj_start is not None, proj_end is not None)
+        return log_z.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        args, ps, pe, limits, state, has_ps, has_pe = ctx.stash
+        need_params = bool(ctx.needs_input_grad[1] or ctx.needs_input_grad[2])
+        marg = numba_engine().semi_crf_streaming_backward_numba(*args, *state, ps, pe, need_parameter_grads=need_params,
+                                                                masks=limits)
+        return _engine_input_grads(ctx, args[0], grad, marg, has_ps, has_pe)
 
 
 # ---------------------------------------------------------------------- constrained log Z
@@ -637,6 +685,9 @@ def constrained_log_partition(
     """
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                      label_mask, boundary_mask, validate, backend, use_triton)
+    if _cpu_engine(inp, backend) is not None and (lm is not None or bm is not None):
+        return _NumbaConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                           inp.proj_end, inp, _cpu_limits(inp, lm, bm))
     engine = _engine_masks(inp, lm, bm, engine=choice)
     if engine is not None:
         return _EngineConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
@@ -645,8 +696,19 @@ def constrained_log_partition(
                                   inp, lm, bm)
 
 
-def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask, engine: str = "may"):
+def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask, engine: str = "may",
+                          backend: str = "auto"):
     """(log Z (B,), P_start (B, T, C), P_end (B, T, C)) under the masks (validated inputs)."""
+    eng = _cpu_engine(inp, backend)
+    if eng is not None:
+        args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        ps, pe = d(inp.proj_start), d(inp.proj_end)
+        limits = _cpu_limits(inp, label_mask, boundary_mask)
+        state = eng.semi_crf_streaming_forward_numba(*args, "log", ps, pe, masks=limits)
+        p_start, p_end, _, _ = eng.semi_crf_streaming_backward_numba(*args, *state, ps, pe,
+                                                                     need_parameter_grads=False, masks=limits)
+        return state[0].to(inp.cum_scores.dtype), p_start, p_end
     engine = _engine_masks(inp, label_mask, boundary_mask, engine=engine)
     if engine is not None:
         from .kernels import launch

@@ -231,6 +231,41 @@ def window_sums(linT, r, kmax, wT, acc, tot):
         tot[c] = m
 
 
+@njit(**REDUCE)
+def window_sums_limited(linT, r, kmax, klim, wT, acc, tot):
+    """window_sums with a per-label window: acc[c] sums k < klim[c] only (segment limits, masks);
+    tot[c] still sums the whole window k < kmax (it decides when a label's ring is re-referenced)."""
+    for c in range(linT.shape[0]):
+        row = linT[c, r : r + kmax]
+        w = wT[c, :kmax]
+        n = klim[c]
+        a = 0.0
+        m = 0.0
+        for k in range(kmax):
+            v = row[k]
+            a += v * w[k] if k < n else 0.0
+            m += v
+        acc[c] = a
+        tot[c] = m
+
+
+@njit(inline="always")
+def limit_window(lim, has_lim, which, t, kmax, klim):
+    """klim[c] = the durations a window may use: kmax, or with segment limits (``lim`` (2, T+1, C):
+    [0] the smallest start of a segment ending at t, [1] the largest end of one starting at t)
+    ``t - lim[0, t, c]`` (which = 0, a window of segments ending at t) or ``lim[1, t, c] - t``
+    (which = 1, segments starting at t), clipped to [0, kmax]."""
+    C = klim.shape[0]
+    if not has_lim:
+        for c in range(C):
+            klim[c] = kmax
+        return
+    row = lim[which, t]
+    for c in range(C):
+        n = t - row[c] if which == 0 else row[c] - t
+        klim[c] = max(0, min(kmax, n))
+
+
 @njit(**KERNEL)
 def traceback_seq(bp_k, bp_c, final_label, L, direct, labels, starts):
     """Follow backpointers of one sequence from its end to position 0 (see pytorch_reference.traceback)."""

@@ -25,6 +25,7 @@ from .numba_common import (
     TINY,
     fexp,
     flog,
+    limit_window,
     lse_finish,
     lse_update,
     prepare_ring,
@@ -93,12 +94,15 @@ def _rebuild(p, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals):
 
 
 @njit(**KERNEL)
-def _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q):
-    """alpha_{p+1} from the ring (positions p, p-1, ..., p-K+1), written into alpha."""
+def _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q, lim,
+                    has_lim, klim):
+    """alpha_{p+1} from the ring (positions p, p-1, ..., p-K+1), written into alpha; label c's
+    window stops at klim[c] durations (segment limits)."""
     C = alpha.shape[0]
     K = Alog.shape[0] // 2
     kmax = min(K, p + 1)
     r = down(p, K)
+    limit_window(lim, has_lim, 0, p + 1, kmax, klim)
     for c in range(C):
         acc[c] = 0.0
         mx[c] = 0.0
@@ -113,14 +117,14 @@ def _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT
                     q[c] += e * eTD[k, cp, c]
         for c in range(C):
             v = linT[c, row]
-            acc[c] += v * q[c]
+            acc[c] += v * q[c] if k < klim[c] else 0.0
             mx[c] = max(mx[c], v)
     for c in range(C):
         alpha[c] = (S[p + 1, c] + (pe[p, c] if has_pe else 0.0)) + ((H[c] + Mc[c]) + flog(acc[c]))
     for c in range(C):
         if acc[c] < TINY and H[c] != NINF and Mc[c] != NINF:
             m, sm = NINF, 0.0
-            for k in range(kmax):
+            for k in range(klim[c]):
                 s = p - k
                 z = D[k, c] + (ps[s, c] if has_ps else 0.0) - S[s, c]
                 for cp in range(C):
@@ -138,7 +142,7 @@ def _save(ck, Alog, alpha):
 
 
 @njit(**KERNEL)
-def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTD, Mc, D, interval, save, ck):
+def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, interval, save, ck):
     """log Z of one sequence; with ``save``, checkpoints ck[i] = (alpha ring, alpha) at i·interval."""
     K, C = D.shape
     Alog = np.full((2 * K, C), NINF)
@@ -146,6 +150,7 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTD, Mc, D, interval, save, ck
     ZT, linT, H = prepare_ring(K, C)
     alpha = np.zeros(C)
     acc, mx, q, zvals = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
+    klim = np.empty(C, dtype=np.int64)
     _insert_alpha(0, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
     for p in range(L + 1):
         if p % interval == 0:
@@ -154,7 +159,8 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTD, Mc, D, interval, save, ck
                 _save(ck[p // interval], Alog, alpha)
         if p == L:
             break
-        _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q)
+        _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q, lim,
+                        has_lim, klim)
         _insert_alpha(p + 1, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
     m, s = NINF, 0.0
     for c in range(C):
@@ -163,14 +169,14 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTD, Mc, D, interval, save, ck
 
 
 @njit(**KERNEL)
-def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTD, Mc, D, interval, save, ck, out, lo, hi):
+def forward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTD, Mc, D, interval, save, ck, out, lo, hi):
     for b in range(lo, hi):
         out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                             lengths[b], Tr, eTD, Mc, D, interval, save, ck[min(b, ck.shape[0] - 1)])
+                             lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTD, Mc, D, interval, save, ck[min(b, ck.shape[0] - 1)])
 
 
 @njit(**KERNEL)
-def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, interval, ck, grads,
+def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTD, eTDt, Mc, D, interval, ck, grads,
                  p_start, p_end, g_tr, g_db):
     """Marginals and per-sequence gradients of one sequence (outputs start at zero)."""
     if logZ == NINF:
@@ -186,6 +192,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
     acc, mx, q, zvals = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
     gz, eg, beta, blin = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
     pout, rho, vals = np.empty(C), np.empty(C), np.empty(C)
+    klim = np.empty(C, dtype=np.int64)
     WK = np.empty((K, C))
     Atr = np.zeros((K, C, C))
     Gtr = np.zeros((K, C, C))
@@ -199,7 +206,8 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
         for p in range(t0, t1):
             A[p - t0, :] = alpha
             if p < L and p + 1 < t1:
-                _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q)
+                _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q,
+                                lim, has_lim, klim)
                 _insert_alpha(p + 1, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
         for s in range(t1 - 1, t0 - 1, -1):
             j = s - t0
@@ -211,6 +219,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
                 continue
             kmax = min(K, L - s)
             r0 = (s + 1) % K
+            limit_window(lim, has_lim, 1, s, kmax, klim)
             G = NINF
             for c in range(C):
                 gz[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + (Hy[c] + Mc[c])
@@ -229,7 +238,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
                     eg[c] = fexp(gz[c] - G)
                 for k in range(kmax):
                     for c in range(C):
-                        WK[k, c] = linyT[c, r0 + k] * eg[c]
+                        WK[k, c] = linyT[c, r0 + k] * eg[c] if k < klim[c] else 0.0
                 # beta_lin(c') = sum_{k, c} eTD[k, c', c] · WK[k, c]
                 for k in range(kmax):
                     for c in range(C):
@@ -244,6 +253,8 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
                         m, sm = NINF, 0.0
                         for k in range(kmax):
                             for c in range(C):
+                                if k >= klim[c]:
+                                    continue
                                 z = D[k, c] + (ps[s, c] if has_ps else 0.0) - S[s, c] + YT[c, r0 + k]
                                 m, sm = lse_update(m, sm, Tr[k, cp, c] + z)
                         beta[cp] = lse_finish(m, sm)
@@ -273,6 +284,8 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
                         continue
                     for k in range(kmax):
                         for c in range(C):
+                            if k >= klim[c]:
+                                continue
                             z = D[k, c] + (ps[s, c] if has_ps else 0.0) - S[s, c] + YT[c, r0 + k]
                             e = math.exp(A[j, cp] + Tr[k, cp, c] + z - logZ)
                             p_start[s, c] += e
@@ -297,16 +310,17 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTD, eTDt, Mc, D, inter
 
 
 @njit(**KERNEL)
-def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTD, eTDt, Mc, D, interval, ck, grads,
+def backward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, logZ, Tr, eTD, eTDt, Mc, D, interval, ck, grads,
                    p_start, p_end, g_tr, g_db, lo, hi):
     for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
-        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe, lengths[b],
+        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
+                     lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b],
                      logZ[b], Tr, eTD, eTDt, Mc, D, interval, ck[b], grads, p_start[b], p_end[b], g_tr[bg], g_db[bg])
 
 
 @njit(**KERNEL)
-def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
+def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp_k, bp_c):
     """Best score of one sequence; backpointers bp_k[t-1, c] (duration - 1) and bp_c[t-1, c]
     (predecessor label), ties toward the lexicographically smallest (k, c'). ph[k-1, c] is the
     first segment's marginalised phantom predecessor. Returns (score, final label)."""
@@ -320,6 +334,7 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
     argk = np.zeros(C, dtype=np.int64)
     argc = np.zeros(C, dtype=np.int64)
     tmp = np.empty(C)
+    klim = np.empty(C, dtype=np.int64)
     TrT = np.ascontiguousarray(Tr.transpose(0, 2, 1))
     for p in range(L):
         for c in range(C):
@@ -327,12 +342,15 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
             argk[c] = 0
             argc[c] = 0
         r = down(p, K)
+        limit_window(lim, has_lim, 0, p + 1, min(K, p + 1), klim)
         for k in range(min(K, p + 1)):
             s = p - k
             arow = Alog[r + k]
             for c in range(C):
                 seg[c] = ((S[p + 1, c] - S[s, c]) + D[k, c]) + (ps[s, c] if has_ps else 0.0)
             for c in range(C):
+                if k >= klim[c]:
+                    continue
                 if s == 0:
                     m, a = ph[k, c], 0
                 else:
@@ -364,11 +382,12 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, ph, D, store, bp_k, bp_c):
 
 
 @njit(**KERNEL)
-def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, ph, D, store, bp_k, bp_c, scores, labels, starts, lo, hi):
+def viterbi_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, ph, D, store, bp_k, bp_c, scores, labels,
+                  starts, lo, hi):
     for b in range(lo, hi):
         bs = min(b, bp_k.shape[0] - 1)
         score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                   lengths[b], Tr, ph, D, store, bp_k[bs], bp_c[bs])
+                                   lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, ph, D, store, bp_k[bs], bp_c[bs])
         scores[b] = score
         if store and score != NINF:
             traceback_seq(bp_k[b], bp_c[b], label, lengths[b], True, labels[b], starts[b])

@@ -123,9 +123,16 @@ def _run_batch(kernel, B: int, work_per_sequence: float, *args) -> None:
 
 
 class _Inputs:
-    """float64 arrays of one call; absent projections become (1, 1, C) dummies plus a flag."""
+    """float64 arrays of one call; absent projections become (1, 1, C) dummies plus a flag.
 
-    def __init__(self, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end):
+    ``masks`` (optional) are the segment limits of partial labels and constraints, as
+    ``distribution.segment_limits`` returns them: ``(min_start, max_end)`` (B, T+1, C) integer and
+    ``forbidden_start`` (B, T) bool or None. The limits become ``lim`` (B, 2, T+1, C) int64 (a
+    window's durations per label, :func:`.numba_common.limit_window`); a forbidden start becomes
+    ``-inf`` in the start projection (which then exists, zeros elsewhere).
+    """
+
+    def __init__(self, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, masks=None):
         self.S = _f64(cum_scores)
         B, T1, C = self.S.shape
         self.B, self.T, self.C, self.K = B, T1 - 1, C, K
@@ -135,11 +142,25 @@ class _Inputs:
         self.has_ps, self.has_pe = proj_start is not None, proj_end is not None
         self.ps = np.ascontiguousarray(_forbid(_f64(proj_start))) if self.has_ps else dummy
         self.pe = np.ascontiguousarray(_forbid(_f64(proj_end))) if self.has_pe else dummy
+        self.has_lim = masks is not None
+        self.lim = np.zeros((1, 2, 1, 1), dtype=np.int64)
+        if masks is not None:
+            min_start, max_end, forbidden = masks
+            self.lim = np.ascontiguousarray(np.stack([min_start.cpu().numpy(), max_end.cpu().numpy()], 1),
+                                            dtype=np.int64)
+            if forbidden is not None:
+                if not self.has_ps:
+                    self.ps, self.has_ps = np.zeros((B, T1 - 1, C)), True
+                self.ps = np.where(forbidden.cpu().numpy()[..., None], -np.inf, self.ps)
         self.direct = transition.dim() == 3
         self.Tr = np.ascontiguousarray(_forbid(_f64(transition)))
         self.D = np.ascontiguousarray(_forbid(_f64(duration_bias)))
         self.device = cum_scores.device
         self.dtype = cum_scores.dtype
+
+    def head(self):
+        """The arguments every kernel starts with: inputs, flags, limits, lengths."""
+        return (self.S, self.ps, self.pe, self.has_ps, self.has_pe, self.lim, self.has_lim, self.lengths)
 
     def work(self) -> float:
         """Terms per sequence of the recurrence, a measure of the work of one pass."""
@@ -183,6 +204,7 @@ def semi_crf_streaming_forward_numba(
     proj_end: Optional[torch.Tensor] = None,
     checkpoint_interval: Optional[int] = None,
     save_for_backward: bool = True,
+    masks=None,
 ) -> Tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
     """Streaming forward pass on the compiled CPU engine: log Z (or the best score) and checkpoints.
 
@@ -196,6 +218,8 @@ def semi_crf_streaming_forward_numba(
         proj_start, proj_end: optional (B, T, C) boundary scores.
         checkpoint_interval: spacing of the checkpoints (default ``max(K, sqrt(T·K))``).
         save_for_backward: False skips the checkpoints (log Z alone).
+        masks: optional segment limits ``(min_start, max_end, forbidden_start)`` of partial
+            labels (:class:`_Inputs`): log Z of the allowed segmentations only.
 
     Returns:
         ``(partition, ring_checkpoints, checkpoint_interval, log_norm_checkpoints)``: partition (B,)
@@ -212,7 +236,7 @@ def semi_crf_streaming_forward_numba(
         >>> logz.shape, logz.dtype
         (torch.Size([2]), torch.float64)
     """
-    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, masks)
     interval = _resolve_interval(x.T, K, checkpoint_interval)
     if semiring == "max":
         scores, _, _ = _viterbi(x, store=False)
@@ -221,7 +245,7 @@ def semi_crf_streaming_forward_numba(
     n_ck = x.t_max // interval + 1
     ck = np.zeros((x.B, n_ck, K + 1, x.C) if save_for_backward else (1, 1, K + 1, x.C))
     out = np.empty(x.B)
-    args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths)
+    args = x.head()
     if x.direct:
         eTD, _, Mc = x.direct_tables()
         _run_batch(numba_direct.forward_batch, x.B, x.work(), *args, x.Tr, eTD, Mc, x.D, interval,
@@ -248,6 +272,7 @@ def semi_crf_streaming_backward_numba(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     need_parameter_grads: bool = True,
+    masks=None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Streaming backward pass on the compiled CPU engine: posterior marginals = gradients of log Z.
 
@@ -256,6 +281,7 @@ def semi_crf_streaming_backward_numba(
             log_Z (B,) and its checkpoints.
         need_parameter_grads: False skips the transition and duration gradients (marginals only);
             they are then returned as zeros.
+        masks: the forward's segment limits, if it had any.
 
     Returns:
         ``(p_start, p_end, grad_transition, grad_duration_bias)`` in the dtype of cum_scores, not
@@ -272,7 +298,7 @@ def semi_crf_streaming_backward_numba(
         >>> round(float(p_start[0, 0].sum()), 6)
         1.0
     """
-    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, masks)
     B, T, C = x.B, x.T, x.C
     logz = _f64(log_Z)
     ck = _f64(ring_checkpoints)
@@ -281,7 +307,7 @@ def semi_crf_streaming_backward_numba(
     gb = B if need_parameter_grads else 1
     g_tr = np.zeros((gb,) + tuple(x.Tr.shape))
     g_db = np.zeros((gb, K, C))
-    args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths, logz)
+    args = x.head() + (logz,)
     if x.direct:
         eTD, eTDt, Mc = x.direct_tables()
         _run_batch(numba_direct.backward_batch, x.B, 3 * x.work(), *args, x.Tr, eTD, eTDt, Mc, x.D,
@@ -305,7 +331,7 @@ def _viterbi(x: _Inputs, store: bool):
     scores = np.empty(B)
     labels = np.full((B, T) if store else (1, 1), -1, dtype=np.int64)
     starts = np.zeros((B, T) if store else (1, 1), dtype=np.bool_)
-    args = (x.S, x.ps, x.pe, x.has_ps, x.has_pe, x.lengths, x.Tr)
+    args = x.head() + (x.Tr,)
     if x.direct:
         # phantom predecessor of a first segment of duration k, marginalised: lse_{c'} Tr[k-1, c', c]
         _run_batch(numba_direct.viterbi_batch, B, x.work(), *args, _lse(x.Tr, 1), x.D, store, bp_k, bp_c,
@@ -324,12 +350,14 @@ def semi_crf_streaming_viterbi_numba(
     K: int,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
+    masks=None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Most probable segmentation on the compiled CPU engine (max semiring, backpointers, traceback).
 
     The first segment receives ``lse_{c'} Tr[c', c]`` (``Tr[k-1]`` for (K, C, C)), as in log Z; ties
     break toward the smallest index (predecessor label, then duration; for (K, C, C) the
-    lexicographically smallest (k, c')), and the smallest final label.
+    lexicographically smallest (k, c')), and the smallest final label. ``masks``: the best
+    allowed segmentation (segment limits, as for :func:`semi_crf_streaming_forward_numba`).
 
     Returns:
         ``(scores, labels, seg_starts)``: scores (B,) in the dtype of cum_scores (-inf for a
@@ -343,7 +371,7 @@ def semi_crf_streaming_viterbi_numba(
         >>> labels.shape, bool(starts[:, 0].all())
         (torch.Size([2, 6]), True)
     """
-    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
+    x = _Inputs(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, masks)
     scores, labels, starts = _viterbi(x, store=True)
     return (_torch(scores, x), torch.from_numpy(labels).to(x.device), torch.from_numpy(starts).to(x.device))
 

@@ -36,6 +36,7 @@ from .numba_common import (
     fexp,
     flog,
     fmax,
+    limit_window,
     lse_finish,
     lse_update,
     prepare_ring,
@@ -44,6 +45,7 @@ from .numba_common import (
     ring_rebase_all,
     traceback_seq,
     window_sums,
+    window_sums_limited,
 )
 
 NINF = -np.inf
@@ -90,13 +92,18 @@ def _u_part(alpha, Tr, eTr, tmax, u, ea, linu):
 
 
 @njit(**KERNEL)
-def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx):
-    """alpha_{p+1}(c) = S_{p+1} + pe_p + lse_k (V_{p+1-k}(c) + D[k-1, c]), written into alpha."""
+def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim):
+    """alpha_{p+1}(c) = S_{p+1} + pe_p + lse_k (V_{p+1-k}(c) + D[k-1, c]), written into alpha;
+    with segment limits (``has_lim``) the window of label c stops at ``klim[c]`` durations."""
     C, K2 = linT.shape
     K = K2 // 2
     kmax = min(K, p + 1)
     r = down(p, K)
-    window_sums(linT, r, kmax, eDT, acc, mx)
+    limit_window(lim, has_lim, 0, p + 1, kmax, klim)
+    if has_lim:
+        window_sums_limited(linT, r, kmax, klim, eDT, acc, mx)
+    else:
+        window_sums(linT, r, kmax, eDT, acc, mx)
     s1 = S[p + 1]
     for c in range(C):
         alpha[c] = s1[c] + ((H[c] + Dm[c]) + flog(acc[c]))
@@ -107,7 +114,7 @@ def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx):
     for c in range(C):
         if acc[c] < TINY and H[c] != NINF and Dm[c] != NINF:
             m, s = NINF, 0.0
-            for k in range(kmax):
+            for k in range(klim[c]):
                 m, s = lse_update(m, s, VT[c, r + k] + D[k, c])
             alpha[c] = (s1[c] + (pe[p, c] if has_pe else 0.0)) + lse_finish(m, s)
         if mx[c] < LOW:
@@ -142,17 +149,19 @@ def _load(ck, VT, alpha):
 
 
 @njit(**KERNEL)
-def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck):
+def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck):
     """log Z of one sequence of length L; with ``save``, checkpoints ck[i] = (V ring, alpha) at i·interval.
 
     The scaled ring is re-referenced at every checkpoint position, so a recompute that starts from
-    a checkpoint repeats the forward's arithmetic exactly.
+    a checkpoint repeats the forward's arithmetic exactly. ``lim`` (2, T+1, C) int64 with
+    ``has_lim``: segment limits (:func:`.numba_common.limit_window`).
     """
     K, C = D.shape
     VT, linT, H = prepare_ring(K, C)
     alpha = np.zeros(C)
     u, ea, linu = np.empty(C), np.empty(C), np.empty(C)
     acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
+    klim = np.empty(C, dtype=np.int64)
     for p in range(L + 1):
         if p % interval == 0:
             ring_rebase_all(VT, linT, H)
@@ -162,7 +171,7 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eDT, Dm, interva
             break
         _u_part(alpha, Tr, eTr, tmax, u, ea, linu)
         _insert_v(p, S, ps, has_ps, u, VT, linT, H, vals)
-        _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx)
+        _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim)
     m, s = NINF, 0.0
     for c in range(C):
         m, s = lse_update(m, s, alpha[c])
@@ -170,11 +179,14 @@ def forward_seq(S, ps, pe, has_ps, has_pe, L, Tr, eTr, tmax, D, eDT, Dm, interva
 
 
 @njit(**KERNEL)
-def forward_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck, out, lo, hi):
-    """forward_seq for every sequence: S (B, T+1, C), ps/pe (B, T, C) or (1, 1, C) dummies, ck (B, N, K+1, C)."""
+def forward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck,
+                  out, lo, hi):
+    """forward_seq for every sequence: S (B, T+1, C), ps/pe (B, T, C) or (1, 1, C) dummies, lim
+    (B, 2, T+1, C) or a (1, 2, 1, 1) dummy, ck (B, N, K+1, C)."""
     for b in range(lo, hi):
         out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                             lengths[b], Tr, eTr, tmax, D, eDT, Dm, interval, save, ck[min(b, ck.shape[0] - 1)])
+                             lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTr, tmax, D, eDT, Dm,
+                             interval, save, ck[min(b, ck.shape[0] - 1)])
 
 
 @njit(**KERNEL)
@@ -190,20 +202,21 @@ def _add_outer(Atr, ea, r):
 
 
 @njit(**KERNEL)
-def _add_scaled_window(AT, linT, r0, kmax, w):
-    """AT[c, k] += linT[c, r0 + k] · w[c] for k < kmax."""
+def _add_scaled_window(AT, linT, r0, klim, w):
+    """AT[c, k] += linT[c, r0 + k] · w[c] for k < klim[c]."""
     for c in range(AT.shape[0]):
         wc = w[c]
+        n = klim[c]
         if wc != 0.0:
-            row = linT[c, r0 : r0 + kmax]
-            arow = AT[c, :kmax]
-            for k in range(kmax):
+            row = linT[c, r0 : r0 + n]
+            arow = AT[c, :n]
+            for k in range(n):
                 arow[k] += row[k] * wc
 
 
 @njit(**KERNEL)
-def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck,
-                 grads, p_start, p_end, g_tr, g_db):
+def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm,
+                 interval, ck, grads, p_start, p_end, g_tr, g_db):
     """Marginals and per-sequence parameter gradients of one sequence (outputs start at zero).
 
     Walks the checkpoint intervals from the last; in each, recomputes alpha and u from the
@@ -223,6 +236,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
     EA = np.empty((interval + 1, C))  # exp(alpha_s - max)
     LU = np.empty((interval + 1, C))  # linear sums of u_s (< TINY: exact column)
     acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
+    klim = np.empty(C, dtype=np.int64)
     v, beta, ev, linb = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
     w, r, pst = np.empty(C), np.empty(C), np.empty(C)
     Atr = np.zeros((C, C))
@@ -241,7 +255,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
                 _u_part(alpha, Tr, eTr, tmax, U[j], EA[j], LU[j])
                 if p + 1 < t1:
                     _insert_v(p, S, ps, has_ps, U[j], VT, linT, H, vals)
-                    _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx)
+                    _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim)
         for s in range(t1 - 1, t0 - 1, -1):
             j = s - t0
             if s == L:
@@ -253,7 +267,11 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
             # v_s(c) = ps_s - S_s + lse_k (D[k-1, c] + Y_{s+k}(c))
             kmax = min(K, L - s)
             r0 = (s + 1) % K
-            window_sums(linyT, r0, kmax, eDT, acc, mx)
+            limit_window(lim, has_lim, 1, s, kmax, klim)
+            if has_lim:
+                window_sums_limited(linyT, r0, kmax, klim, eDT, acc, mx)
+            else:
+                window_sums(linyT, r0, kmax, eDT, acc, mx)
             ss = S[s]
             for c in range(C):
                 v[c] = (Hy[c] + Dm[c]) + flog(acc[c]) - ss[c]
@@ -264,7 +282,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
             for c in range(C):
                 if acc[c] < TINY and Hy[c] != NINF and Dm[c] != NINF:
                     m, sm = NINF, 0.0
-                    for k in range(kmax):
+                    for k in range(klim[c]):
                         m, sm = lse_update(m, sm, YT[c, r0 + k] + D[k, c])
                     v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + lse_finish(m, sm)
             for c in range(C):
@@ -274,12 +292,12 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
                 # P_seg(s, k, c) = P_start(s, c) · lin_y[s+k, c] · eD[k-1, c] / acc[c]
                 for c in range(C):
                     w[c] = pst[c] / acc[c] if acc[c] >= TINY else 0.0
-                _add_scaled_window(AdbT, linyT, r0, kmax, w)
+                _add_scaled_window(AdbT, linyT, r0, klim, w)
                 for c in range(C):
                     if acc[c] >= TINY or pst[c] == 0.0:
                         continue
                     head = U[j, c] + (ps[s, c] if has_ps else 0.0) - S[s, c] - logZ
-                    for k in range(kmax):
+                    for k in range(klim[c]):
                         Gdb[k, c] += math.exp(head + D[k, c] + YT[c, r0 + k])
                 # P_trans(s, c', c) = exp(alpha_s(c') - max) · eTr[c', c] · P_start(s, c) / linu(c)
                 for c in range(C):
@@ -330,13 +348,13 @@ def backward_seq(S, ps, pe, has_ps, has_pe, L, logZ, Tr, eTr, tmax, eTrRT, tmaxR
 
 
 @njit(**KERNEL)
-def backward_batch(S, ps, pe, has_ps, has_pe, lengths, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck,
-                   grads, p_start, p_end, g_tr, g_db, lo, hi):
+def backward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, logZ, Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm,
+                   interval, ck, grads, p_start, p_end, g_tr, g_db, lo, hi):
     """backward_seq for every sequence; p_start/p_end (B, T, C), g_tr (B, C, C), g_db (B, K, C), all zero on entry."""
     for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
-        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe, lengths[b],
-                     logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
+        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
+                     lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
                      g_tr[bg], g_db[bg])
 
 
@@ -354,20 +372,22 @@ def _max_first(x, n):
 
 
 @njit(**KERNEL)
-def _window_max(UT, SRT, DT, p, r, kmax, tmp, best, arg):
-    """best[c] = max_k (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the smallest argmax k.
+def _window_max(UT, SRT, DT, p, r, klim, tmp, best, arg):
+    """best[c] = max_{k < klim[c]} (U_{p-k}(c) + (S_{p+1}(c) - S_{p-k}(c)) + D[k, c]) and the
+    smallest argmax k (-inf and 0 for an empty window).
 
     SRT (C, L+1) holds S reversed in time: SRT[c, L - t] = S_t(c).
     """
     L = SRT.shape[1] - 1
     for c in range(UT.shape[0]):
-        srow = SRT[c, L - p : L - p + kmax]
+        n = klim[c]
+        srow = SRT[c, L - p : L - p + n]
         sp = SRT[c, L - p - 1]
-        urow = UT[c, r : r + kmax]
-        drow = DT[c, :kmax]
-        for k in range(kmax):
+        urow = UT[c, r : r + n]
+        drow = DT[c, :n]
+        for k in range(n):
             tmp[k] = (urow[k] + (sp - srow[k])) + drow[k]
-        best[c], arg[c] = _max_first(tmp, kmax)
+        best[c], arg[c] = _max_first(tmp, n)
 
 
 @njit(**KERNEL)
@@ -382,7 +402,7 @@ def _max_argmax_over_rows(alpha, TrT, best, arg, tmp):
 
 
 @njit(**KERNEL)
-def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
+def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, u0, D, store, bp_k, bp_c):
     """Best score of one sequence; with ``store``, backpointers bp_k[t-1, c] (duration - 1) and
     bp_c[s, c] (predecessor label of a segment starting at s). Returns (score, final label)."""
     K, C = D.shape
@@ -394,6 +414,7 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
     best = np.empty(C)
     tmp = np.empty(max(K, C))
     arg = np.zeros(C, dtype=np.int64)
+    klim = np.empty(C, dtype=np.int64)
     TrT = np.ascontiguousarray(Tr.T)
     for p in range(L):
         if p == 0:
@@ -409,7 +430,8 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
             x = u[c] + (ps[p, c] if has_ps else 0.0)
             UT[c, r] = x
             UT[c, r + K] = x
-        _window_max(UT, SRT, DT, p, r, min(K, p + 1), tmp, best, arg)
+        limit_window(lim, has_lim, 0, p + 1, min(K, p + 1), klim)
+        _window_max(UT, SRT, DT, p, r, klim, tmp, best, arg)
         for c in range(C):
             alpha[c] = best[c] + (pe[p, c] if has_pe else 0.0)
         if store:
@@ -424,12 +446,13 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, L, Tr, u0, D, store, bp_k, bp_c):
 
 
 @njit(**KERNEL)
-def viterbi_batch(S, ps, pe, has_ps, has_pe, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels, starts, lo, hi):
+def viterbi_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels,
+                  starts, lo, hi):
     """viterbi_seq and traceback for every sequence: labels (B, T) int64 filled with -1, starts (B, T) False."""
     for b in range(lo, hi):
         bs = min(b, bp_k.shape[0] - 1)
         score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                   lengths[b], Tr, u0, D, store, bp_k[bs], bp_c[bs])
+                                   lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, u0, D, store, bp_k[bs], bp_c[bs])
         scores[b] = score
         if store and score != NINF:
             traceback_seq(bp_k[b], bp_c[b], label, lengths[b], False, labels[b], starts[b])
