@@ -97,6 +97,9 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     """
     from .forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
+    if plan.kind == "mem":
+        return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                               plan, tol, reverse=False)
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
@@ -143,6 +146,10 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     """
     from .beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
 
+    if plan.kind == "mem":
+        x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
+                                             proj_end, plan, tol, reverse=True)
+        return x_hat[0], g, stats
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
@@ -172,6 +179,51 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
+
+
+def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                    plan: KernelPlan, tol: float, reverse: bool):
+    """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
+    in the layouts of the register-ring chunk kernels: forward ``(saved (2, B, T+1, C), frames,
+    bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
+    kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``."""
+    from .blocked import _blk_chunks_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    is_max = semiring == "max"
+    W, n, K = plan.chunk, plan.n_chunks, plan.K
+    rows = torch.empty((1 if reverse else 2, B, T1, C), device=dev, dtype=torch.float32)
+    frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    i32 = torch.empty((1,), device=dev, dtype=torch.int32)
+    bk = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
+    bc = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
+    e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C + plan.c_pad, K + 1, 0, dev)
+    scratch = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.float32)
+    scratch_k = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        r_ptr=rows[0] if reverse else rows[1], a_ptr=rows[0], f_ptr=frames, bk_ptr=bk, bc_ptr=bc,
+        e32=e32, e64=e64, sc_ptr=scratch, sk_ptr=scratch_k, st_ptr=status, src_ptr=src, dl_ptr=delta,
+        cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
+        TOL=float(tol),
+    )
+    meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
+                IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+                num_warps=plan.num_warps, IDX64=plan.idx64)
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps)
+    stats = ChunkStats(status.bool(), steps, redone)
+    if reverse:
+        return rows, backward_offsets(frames, delta, W), None, stats
+    bp = None
+    if is_max:
+        # bp[t, c] = k * 65536 + (argmax source label of U at t - k)
+        src_row = (torch.arange(T1, device=dev)[None, :, None] - bk.long()).clamp(min=0)
+        bp = bk * 65536 + torch.gather(bc, 1, src_row).to(torch.int32)
+    return rows, forward_offsets(frames, delta, W), bp, stats
 
 
 def _chunk_guesses(alpha_hat, seq, t0, plan: KernelPlan):

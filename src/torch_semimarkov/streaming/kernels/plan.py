@@ -37,6 +37,15 @@ K_BLOCK_OVERRIDE = None
 #: Tests set this to force a chunk length (time-parallel engine) at small sizes.
 CHUNK_OVERRIDE: Optional[int] = None
 
+#: Tests set this to run the blocked memory-ring engine (``blocked.py``) at small sizes.
+FORCE_BLOCKED = False
+
+#: Tests set this to (BT, RB, CB) to exercise the blocked engine's tiles at small sizes.
+BLOCK_OVERRIDE: Optional[tuple] = None
+
+#: Warps of the blocked memory-ring engine.
+BLOCKED_WARPS = 8
+
 #: Streaming multiprocessors assumed when no CUDA device is queried (the interpreter; an H100/H200).
 DEFAULT_SMS = 132
 
@@ -56,6 +65,8 @@ class KernelPlan:
         c_pad, k_pad, k_block: label tile, register-ring rows, duration tile of the memory kernels.
         interval, n_checkpoints: the sequential forward's checkpoint spacing and count.
         K: the effective maximum duration min(K, T).
+        bt, rb, cb: the blocked memory-ring kernel's tile (``blocked.py``): positions per block,
+            ring rows and labels per (BT, RB, CB) tile of its block sums.
         idx64: positions and row offsets need 64-bit integers (``(T+1)·C`` near 2^31); otherwise
             the kernels index in int32, which is faster (a 64-bit modulo or multiply per element
             costs a large batch up to 2x).
@@ -73,6 +84,9 @@ class KernelPlan:
     n_checkpoints: int
     K: int
     idx64: bool = False
+    bt: int = 16
+    rb: int = 32
+    cb: int = 16
 
     @property
     def packed_backpointers(self) -> bool:
@@ -205,6 +219,18 @@ def make_plan(
             par_warps = ring_warps(k_pad, c_pad)
         supported = use_register_ring(C, K_eff, par_warps, 1)
         limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
+    if not duration_transitions and time_parallel is not False and (
+            FORCE_BLOCKED or k_pad * c_pad > REG_RING_ELEMENTS[16]):
+        # a ring too large for registers: the blocked memory-ring engine, parallel over time
+        # unless the batch alone fills the GPU (then one chunk per sequence)
+        if B >= 2 * sms and time_parallel is None:
+            W, n = max(T, 1), 1
+        bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(16, c_pad))
+        return KernelPlan(
+            kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
+            c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=resolve_interval(T, K_eff, checkpoint_interval),
+            n_checkpoints=-(-T // resolve_interval(T, K_eff, checkpoint_interval)), K=K_eff,
+            idx64=(T + 1) * max(C, K_eff) * 4 >= 2**31, bt=bt, rb=rb, cb=cb)
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
@@ -243,6 +269,8 @@ def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device
     try:
         p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
     except ValueError:
+        return None
+    if p.kind != "reg" and p.time_parallel:
         return None
     if p.time_parallel:
         return p

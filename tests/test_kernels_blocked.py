@@ -1,0 +1,146 @@
+"""The blocked memory-ring engine (``kernels/blocked.py``): the forward, beta, marginals,
+gradients and Viterbi of rings too large for registers, forced at small sizes (tiles of a few
+positions, rows and labels; chunks of a few positions, so every case takes several blocks, chunks,
+fix-ups and repairs) against the oracles and the sequential kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import assert_close
+from kernel_cases import CASES, IDS, adversarial, cpu, inputs, validated
+from torch_semimarkov.oracle import naive_semi_crf
+from torch_semimarkov.streaming.kernels import launch, parallel
+from torch_semimarkov.streaming.kernels import plan as plan_mod
+from test_kernels_traceback import _check as check_viterbi
+
+CC_CASES = [c for c in CASES if not c[-1]]
+CC_IDS = [i for c, i in zip(CASES, IDS) if not c[-1]]
+
+
+@pytest.fixture(params=[(4, 4, 2, 4), (2, 2, 4, None)], ids=["bt4-rb4-cb2-chunk4", "bt2-rb2-cb4-onechunk"])
+def blocked(request, monkeypatch):
+    """The blocked engine with small tiles: several chunks of 4 (or K) positions, or one chunk."""
+    bt, rb, cb, chunk = request.param
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (bt, rb, cb))
+    if chunk is not None:
+        monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    else:
+        monkeypatch.setattr(plan_mod, "DEFAULT_SMS", 1)
+    return request.param
+
+
+def _plan(v, semiring):
+    p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring)
+    assert p.kind == "mem" and p.time_parallel
+    return p
+
+
+@pytest.mark.parametrize("case", CC_CASES, ids=CC_IDS)
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_blocked_forward_matches_oracle(case, semiring, blocked):
+    inp = inputs(case, seed=1)
+    v = validated(inp, semiring)
+    z, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring,
+                                 v.proj_start, v.proj_end, plan=_plan(v, semiring), save_for_backward=False)
+    assert_close(cpu(z), naive_semi_crf(**inp, semiring=semiring), atol=1e-5, rtol=1e-6, msg=semiring)
+
+
+@pytest.mark.parametrize("case", CC_CASES, ids=CC_IDS)
+def test_blocked_backward_matches_sequential_kernels(case, blocked):
+    """Marginals and gradients from the blocked forward and beta equal those of the sequential
+    register-ring kernels (the same marginal kernels read both)."""
+    inp = inputs(case, seed=2)
+    v = validated(inp)
+    p = _plan(v, "log")
+    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                     v.proj_start, v.proj_end, plan=p)
+    got = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                 v.proj_end, plan=p, state=state)
+    plan_mod.FORCE_BLOCKED = False
+    try:
+        seq = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False)
+        z2, state2 = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                           v.proj_start, v.proj_end, plan=seq)
+        want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                      v.proj_end, plan=seq, state=state2)
+    finally:
+        plan_mod.FORCE_BLOCKED = True
+    assert_close(cpu(z), cpu(z2), atol=1e-5, rtol=1e-6)
+    for name, g, w in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), got, want):
+        assert_close(cpu(g), cpu(w), atol=2e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("case", CC_CASES, ids=CC_IDS)
+def test_blocked_viterbi_matches_oracle(case, blocked):
+    inp = inputs(case, seed=3)
+    v = validated(inp, "max")
+    scores, labels, starts = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                                   v.proj_start, v.proj_end, plan=_plan(v, "max"))
+    check_viterbi(inp, scores, labels, starts, v.lengths.tolist())
+
+
+def test_blocked_viterbi_ties_break_to_smallest_index(blocked):
+    """All-zero scores: every segmentation ties; the smallest duration and label win."""
+    B, T, K, C = 1, 9, 3, 3
+    inp = {"cum_scores": torch.zeros(B, T + 1, C), "transition": torch.zeros(C, C), "duration_bias": torch.zeros(K, C),
+           "lengths": torch.tensor([T]), "K": K, "proj_start": None, "proj_end": None}
+    v = validated(inp, "max")
+    _, labels, starts = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                              plan=_plan(v, "max"))
+    assert cpu(labels)[0].tolist() == [0] * T
+    assert cpu(starts)[0].tolist() == [True] * T
+
+
+@pytest.mark.parametrize("kind", ["cyclic", "frame"])
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_blocked_is_exact_on_models_that_never_converge(kind, semiring, monkeypatch):
+    """Chunks whose fix-ups never converge hand their true state on (repair)."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    inp = adversarial(kind, 2, 60, 6, 3)
+    v = validated(inp, semiring)
+    p = _plan(v, semiring)
+    assert p.n_chunks == 5
+    saved, frames, _, stats = parallel.forward_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths,
+                                                       semiring, None, None, p)
+    z, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring, plan=p,
+                                 save_for_backward=False)
+    assert_close(cpu(z), naive_semi_crf(**inp, semiring=semiring), atol=1e-5, rtol=1e-6)
+    if semiring == "log":
+        assert not bool(stats.converged[:, 1:].all()), "the adversarial model should defeat some fix-ups"
+
+
+def test_blocked_is_deterministic(monkeypatch):
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    inp = inputs((2, 30, 5, 3, "ragged", "both", False), seed=4)
+    v = validated(inp)
+    p = _plan(v, "log")
+    outs = []
+    for _ in range(2):
+        z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                         v.proj_start, v.proj_end, plan=p)
+        outs.append((z, *launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                                v.proj_start, v.proj_end, plan=p, state=state)))
+    for a, b in zip(*outs):
+        assert torch.equal(cpu(a), cpu(b))
+
+
+def test_large_rings_plan_the_blocked_engine():
+    """Genomics shapes (a ring too large for registers) run parallel over time; a batch that
+    fills the GPU alone runs one chunk per sequence; explicit time_parallel=False keeps the
+    sequential memory-ring kernel."""
+    p = plan_mod.make_plan(4, 100000, 960, 47)
+    assert p.kind == "mem" and p.time_parallel and p.n_chunks > 1 and p.chunk >= 4 * 960
+    p = plan_mod.make_plan(512, 3000, 960, 47)
+    assert p.kind == "mem" and p.time_parallel and p.n_chunks == 1
+    p = plan_mod.make_plan(4, 100000, 960, 47, time_parallel=False)
+    assert p.kind == "mem" and not p.time_parallel
+    p = plan_mod.make_plan(4, 100000, 64, 24)
+    assert p.kind == "reg"
+    assert plan_mod.masked_plan(4, 100000, 960, 47) is None
