@@ -39,6 +39,14 @@ def numba_engine():
     return _NUMBA
 
 
+def numba_module(name: str):
+    """The compiled CPU engine's module ``numba_<name>`` (e.g. ``"sample"``), imported once numba
+    imports; ``False`` when it does not."""
+    if not numba_engine():
+        return False
+    return importlib.import_module(f"{__package__}.numba_{name}")
+
+
 def numba_available() -> bool:
     """True when the compiled CPU engine (numba) can be imported."""
     return bool(numba_engine())

@@ -38,7 +38,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .backends import numba_engine, resolve_backend
+from .backends import numba_engine, numba_module, resolve_backend
 from .constants import NEG_INF
 from .segments import Segment, SegmentTensorsMixin, segment_tensors
 from .signature import keyword_options
@@ -1163,7 +1163,11 @@ def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offse
         val = val + inp.proj_end[b, ends - 1, labels].double()
     tr = inp.transition.double()
     prev = torch.roll(labels, 1)
-    val = val + torch.where(starts == 0, torch.logsumexp(tr, 0)[labels], tr[prev, labels])
+    if tr.dim() == 3:
+        k = ends - starts - 1
+        val = val + torch.where(starts == 0, torch.logsumexp(tr, 1)[k, labels], tr[k, prev, labels])
+    else:
+        val = val + torch.where(starts == 0, torch.logsumexp(tr, 0)[labels], tr[prev, labels])
     total = torch.cat([val.new_zeros(1), val.cumsum(0)])
     return total[offsets[1:]] - total[offsets[:-1]]
 
@@ -1187,6 +1191,14 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     c = lambda x: x.contiguous()  # noqa: E731
     labels, starts, _ = parallel.sample_chunked(saved, frames, c(inp.cum_scores), c(inp.transition),
                                                 c(inp.duration_bias), c(traced), uniforms, K_eff, chunk)
+    return _samples_result(inp, S, labels, starts, log_z)
+
+
+def _samples_result(inp: StreamingInputs, S: int, labels, starts, log_z) -> "SegmentationSamples":
+    """:class:`SegmentationSamples` from an engine's walks, labels / starts (S·B, T) with row
+    ``s·B + b``: scores recomputed exactly (float64) from the segments, minus log Z (B,)."""
+    B, T = inp.batch, inp.T
+    ok = torch.isfinite(log_z)
     out = SegmentationSamples(labels.reshape(S, B, T), starts.reshape(S, B, T), inp.lengths, None, None)
     score = _segment_scores(inp, S * B, out.segment_starts, out.segment_ends, out.segment_labels,
                             out.segment_offsets).reshape(S, B)
@@ -1195,6 +1207,20 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     out.scores = torch.where(ok[None, :], score, neg).to(dt)
     out.log_prob = torch.where(ok[None, :], score - log_z[None, :].double(), neg).to(dt)
     return out
+
+
+def _inverse_cdf(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """(n,) indices drawn from the weights ``exp(z)`` (n, m) by the uniforms u (n,): the first index
+    whose running sum of ``exp(z - max z)`` exceeds u times the total (the last index of positive
+    weight when rounding leaves none), as the compiled engine's walk draws."""
+    m = z.max(1, keepdim=True).values
+    p = torch.where(z > _NEG, torch.exp(z - _finite_or_zero(m)), torch.zeros_like(z))
+    cs = p.cumsum(1)
+    idx = torch.arange(z.shape[1], device=z.device).expand_as(z)
+    big = z.shape[1]
+    first = torch.where((p > 0) & (cs > (u * cs[:, -1])[:, None]), idx, big).min(1).values
+    last = torch.where(p > 0, idx, -1).max(1).values.clamp(min=0)
+    return torch.where(first < big, first, last)
 
 
 @keyword_options("num_samples", "proj_start", "proj_end", "label_mask", "boundary_mask", "generator", "validate")
@@ -1218,11 +1244,14 @@ def semi_crf_streaming_sample(
     """Exact samples from P(segmentation) by forward filtering, backward sampling.
 
     One forward pass keeps the messages alpha (B, T+1, C+1); each sample then walks back from its
-    sequence's end, drawing the last segment's label from ``softmax(alpha_L)`` and each previous
-    (duration, label) from ``softmax(alpha_{t-k}(c') + edge)``. The draws are exact (no
-    perturbation, no MCMC). All samples and sequences walk together (one step per segment). On
-    CUDA tensors (a (C, C) transition, no masks) the engine's forward and a Triton walk, parallel
-    over samples, sequences and chunks of positions, do the same (two uniforms per position).
+    sequence's end: at each segment start t (first: the end), the label of the segment that ends
+    at t from ``alpha_t(c') + Tr[c', c]``, then its duration k from the prefix sums of every
+    duration, by the inverse CDF with two uniforms per position (drawn from ``generator``,
+    float64, (S·B, T+1, 2)). The draws are exact (no perturbation, no MCMC). On CPU tensors the
+    compiled engine (numba, :mod:`.numba_sample`) runs the same walk on the same uniforms, so it
+    returns the same samples as ``backend="torch"``; on CUDA tensors (a (C, C) transition, no
+    masks) the engine's forward and a Triton walk, parallel over samples, sequences and chunks of
+    positions, do the same with float32 uniforms.
 
     Args:
         cum_scores ... K, proj_start, proj_end: as :func:`~torch_semimarkov.semi_crf_streaming_forward`.
@@ -1256,23 +1285,36 @@ def semi_crf_streaming_sample(
     with torch.no_grad():
         if choice != "no" and _engine_sampling(inp, lm, bm):
             return _sample_on_engine(inp, num_samples, generator)
+        S, B, T = num_samples, inp.batch, inp.T
+        dev = inp.cum_scores.device
+        uniforms = torch.rand((S * B, T + 1, 2), generator=generator, dtype=torch.float64, device=dev)
+        eng = _cpu_engine(inp, backend) and numba_module("sample")
+        if eng:
+            d = lambda t: None if t is None else t.detach()  # noqa: E731
+            labels, starts, log_z = eng.sample_numba(d(inp.cum_scores), d(inp.transition), d(inp.duration_bias),
+                                                     inp.lengths, inp.K, d(inp.proj_start), d(inp.proj_end),
+                                                     uniforms, masks=_cpu_limits(inp, lm, bm))
+            return _samples_result(inp, S, labels, starts, log_z)
         model = _Model(inp, lm, bm)
         A = model.alpha()
         log_z = model.log_z(A)
-        S, B, C = num_samples, model.B, model.C
-        dev = model.device
-        b = torch.arange(B, device=dev).repeat(S)  # row s*B + b
+        C = model.C
+        rows = torch.arange(S * B, device=dev)
+        b = rows % B  # row s*B + b
         L = model.lengths[b]
         ok = torch.isfinite(log_z)[b]
         end = A[b, L + model.K, :C]
-        last = torch.multinomial(torch.softmax(torch.where(ok[:, None], end, torch.zeros_like(end)), 1), 1,
-                                 generator=generator).squeeze(1)
+        last = _inverse_cdf(torch.where(ok[:, None], end, torch.zeros_like(end)), uniforms[rows, L, 0])
         t = torch.where(ok, L, torch.zeros_like(L))
 
         def choose(active, ta, ca, e):
+            # the duration from every prefix (u2 of the end), then the previous label (u1 of the start)
             prev = A[b[active][:, None], ta[:, None] + model.K - model.ks[None, :]]  # (n, K, C+1)
-            p = torch.softmax((prev + e).reshape(e.shape[0], -1), 1)
-            return torch.multinomial(p, 1, generator=generator).squeeze(1)
+            x = prev + e
+            k = _inverse_cdf(torch.logsumexp(x, 2), uniforms[active, ta, 1])
+            xk = x[torch.arange(x.shape[0], device=dev), k]  # (n, C+1)
+            c_prev = _inverse_cdf(xk, uniforms[active, ta - k - 1, 0])
+            return k * (C + 1) + c_prev
 
         labels, flags, score = _walk(model, b, t, last, choose)
         labels = _fill_past_length(labels, L)
@@ -1280,7 +1322,6 @@ def semi_crf_streaming_sample(
         score = torch.where(ok, score, neg)
         log_prob = torch.where(ok, score - log_z[b], neg)
         dt = inp.cum_scores.dtype
-        T = model.T
         return SegmentationSamples(labels.reshape(S, B, T), flags.reshape(S, B, T), model.lengths,
                                    score.reshape(S, B).to(dt), log_prob.reshape(S, B).to(dt))
 
