@@ -320,7 +320,7 @@ class SemiMarkovCRF:
         ``cross_entropy(p, p) = entropy(p)``."""
         p_inp, q_inp = self._aligned_with(other)
         neg = negative_expected_score(p_inp, (self.label_mask, self.boundary_mask), q_inp,
-                                      (other.label_mask, other.boundary_mask))
+                                      (other.label_mask, other.boundary_mask), self.backend)
         ce = other.log_partition.to(neg.dtype) + neg
         ce = torch.where(torch.isnan(ce), torch.full_like(ce, math.inf), ce)
         ok = torch.isfinite(self.log_partition.detach())

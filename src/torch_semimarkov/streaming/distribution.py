@@ -907,6 +907,28 @@ def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
     return plan, None, inp.proj_start
 
 
+class _NumbaEntropy(torch.autograd.Function):
+    """The entropy and its gradient on the compiled CPU engine (:mod:`.numba_entropy`, a (C, C)
+    transition): the forward runs both passes when a gradient is needed and keeps the weighted
+    marginals; the backward scales them."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, limits):
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        args = (d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K, d(proj_start), d(proj_end))
+        grads = any(ctx.needs_input_grad[:5])
+        out = numba_module("entropy").expected_score_numba(args, masks=limits, grads=grads)
+        log_z, expected = out[0], out[1]
+        ctx.stash = (args[0], out[3] if grads else None, proj_start is not None, proj_end is not None)
+        H = torch.where(torch.isfinite(log_z), log_z - expected, torch.zeros_like(log_z))
+        return H.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cum, weighted, has_ps, has_pe = ctx.stash
+        return _engine_input_grads(ctx, cum, -grad, weighted, has_ps, has_pe)
+
+
 @keyword_options("proj_start", "proj_end", "label_mask", "boundary_mask", "validate")
 def semi_crf_streaming_entropy(
     cum_scores: torch.Tensor,
@@ -931,7 +953,10 @@ def semi_crf_streaming_entropy(
     pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
-    Paths: CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
+    Paths: with ``backend="numba"``, CPU tensors with a (C, C) transition take the compiled CPU
+    engine (float64, :mod:`.numba_entropy`, the same recurrences compiled, 100x+ faster; at scores
+    of size 1e6 its transition and duration gradients keep about 1e-8 of their size, the PyTorch
+    path's about 1e-9, so ``"auto"`` keeps the PyTorch path on the CPU for now). CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
     gradient (or under ``torch.no_grad()``: uncertainty for active learning, monitoring) one
     forward + backward, ``E[score]`` from its marginals (about the accuracy of the engine's
     log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
@@ -956,6 +981,10 @@ def semi_crf_streaming_entropy(
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                      label_mask, boundary_mask, validate, backend, use_triton)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
+    # only when asked for: at scores of 1e6 its transition / duration gradients keep about 1e-8 of
+    # their size, the PyTorch path's about 1e-9 (benchmarks/CPU_NOTES.md)
+    if backend == "numba" and _cpu_engine(inp, backend) is not None and not inp.duration_transitions:
+        return _NumbaEntropy.apply(*tensors, inp, _cpu_limits(inp, lm, bm))
     if choice == "no":
         pass
     elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
@@ -1005,11 +1034,52 @@ class _NegExpectedScore(torch.autograd.Function):
         return g_p + g_q + (None, None, None, None)
 
 
-def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInputs, masks_q) -> torch.Tensor:
+class _NumbaNegExpectedScore(torch.autograd.Function):
+    """``-E_p[score_q]`` on the compiled CPU engine (:mod:`.numba_entropy`; (C, C) transitions, q
+    without masks): p's gradient from the weighted marginals, q's from p's marginals mapped
+    through q's terms (the first segment's share by q's softmax)."""
+
+    @staticmethod
+    def forward(ctx, p_cum, p_tr, p_db, p_ps, p_pe, q_cum, q_tr, q_db, q_ps, q_pe, inp_p, inp_q, limits):
+        d = lambda t: None if t is None else t.detach()  # noqa: E731
+        p_args = (d(p_cum), d(p_tr), d(p_db), inp_p.lengths, inp_p.K, d(p_ps), d(p_pe))
+        q_args = (d(q_cum), d(q_tr), d(q_db), inp_q.lengths, inp_q.K, d(q_ps), d(q_pe))
+        grads = any(ctx.needs_input_grad[:10])
+        out = numba_module("entropy").expected_score_numba(p_args, q_args, limits, grads)
+        log_z, expected = out[0], out[1]
+        ctx.stash = (p_args, q_args, out[2:] if grads else None)
+        neg = torch.where(torch.isfinite(log_z), -expected, torch.zeros_like(expected))
+        return neg.to(inp_p.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .autograd import _scale_grads
+        p_args, q_args, (plain, weighted) = ctx.stash
+        need = ctx.needs_input_grad
+        grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad)).to(torch.float64)
+        has = lambda a: (a[5] is not None, a[6] is not None)  # noqa: E731
+        g_p = _scale_grads(p_args[0], (need[0], need[1], need[2], need[3] and has(p_args)[0],
+                                       need[4] and has(p_args)[1]), -grad, *weighted)
+        p_start, p_end, g_tr, g_db = plain
+        g_tr = numba_module("entropy").phantom_share(g_tr, p_start, p_args[1], q_args[1])
+        g_q = _scale_grads(q_args[0], (need[5], need[6], need[7], need[8] and has(q_args)[0],
+                                       need[9] and has(q_args)[1]), -grad, p_start, p_end, g_tr, g_db)
+        return g_p + g_q + (None, None, None)
+
+
+def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInputs, masks_q,
+                            backend: str = "auto") -> torch.Tensor:
     """(B,) ``-E_p[score_q]``, differentiable with respect to both models' float inputs (validated
     inputs with the same positions, K, C and transition shape; masks as ``(label_mask,
     boundary_mask)`` pairs). ``0`` where p allows no segmentation, ``+inf`` where p gives
-    probability to a segmentation that q forbids."""
+    probability to a segmentation that q forbids. With ``backend="numba"`` (CPU tensors, (C, C)
+    transitions, q without masks) the compiled CPU engine runs it, as it does the entropy."""
+    if (backend == "numba" and _cpu_engine(inp_p, backend) is not None and not inp_p.duration_transitions
+            and all(m is None for m in masks_q)):
+        return _NumbaNegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias,
+                                            inp_p.proj_start, inp_p.proj_end, inp_q.cum_scores, inp_q.transition,
+                                            inp_q.duration_bias, inp_q.proj_start, inp_q.proj_end, inp_p, inp_q,
+                                            _cpu_limits(inp_p, *masks_p))
     return _NegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias, inp_p.proj_start,
                                    inp_p.proj_end, inp_q.cum_scores, inp_q.transition, inp_q.duration_bias,
                                    inp_q.proj_start, inp_q.proj_end, inp_p, inp_q, tuple(masks_p), tuple(masks_q))

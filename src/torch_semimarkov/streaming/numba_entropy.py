@@ -1,0 +1,292 @@
+"""The entropy and the cross-entropy term ``E_p[score_q]`` on the compiled CPU engine (numba), with
+their gradients: the expectation semiring of ``distribution._Entropy`` in the factored form, for a
+(C, C) transition, per sequence, in float64.
+
+A "weight" model p gives the probabilities; a "value" model q (q = p for the entropy) gives the
+scores inside the expectations. Per sequence of length L (ALGORITHM.md §2-§3 for the messages):
+
+    u_s(c)  = lse_{c'} alpha_s(c') + Tr[c', c]       EU_s(c) = E_w[Ea_s(c') + Trq[c', c]]   (s = 0: lse_{c'} Trq[c', c])
+    W_s(c)  = u_s(c) + ps_s(c) - S_s(c)               EW_s(c) = EU_s(c) + psq_s(c) - Sq_s(c)
+    alpha_t(c) = S_t + pe_{t-1} + lse_k (W_{t-k}(c) + D[k-1, c])
+    Ea_t(c) = Sq_t + peq_{t-1} + E_k[EW_{t-k}(c) + Dq[k-1, c]]
+
+and backward the same with v_s / EV_s (segments starting at s) and beta_s / Eb_s; ``E = E_p[score_q]``
+is the expectation of Ea at the end. Every weight of an expectation is exp(x - max x) over the same
+window as its log-sum-exp, so a window costs K·C vectorised exponentials, once per pass.
+
+Gradients (``dH = -d E_p[score_p]`` up to log Z's own, see ``distribution._edge_gradients``): every
+edge weighs ``mu (cond - E)`` with ``cond = E[score_q | edge]``: for a segment
+``EW_s + Dq + EX_{s+k}`` (``EX_t = Sq_t + peq_{t-1} + Eb_t``), for a transition at s >= 1
+``Ea_s(c') + Trq[c', c] + EV_s(c)``; their sums by start and end are
+``q_start(s, c) = P_start (EU_s + EV_s - E)`` and ``q_end(t, c) = P_end (Ea_t + Eb_t - E)``. The
+backward also returns the plain marginals (``E_p[d score]``, the cross-entropy's gradient for q).
+The first segment's transition (its phantom predecessor) is left to the host: it weighs
+``q_start(0, c)`` (or ``P_start(0, c)``) times the softmax of the model being differentiated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit
+
+from .numba_common import KERNEL, REDUCE, fexp, fmax, limit_window
+from .numba_engine import _Inputs, _lse, _run_batch, _scaled_exp
+
+NINF = -np.inf
+
+
+@njit(**REDUCE)
+def _sums(y, e0, f0, n):
+    """(sum y, sum y · (e0 + f0)) over k < n, with 0 · value = 0 (a reduction LLVM may reorder)."""
+    s = 0.0
+    e = 0.0
+    for k in range(n):
+        p = y[k]
+        s += p
+        e += p * (e0[k] + f0[k]) if p > 0.0 else 0.0
+    return s, e
+
+
+@njit(**KERNEL)
+def _window(x0, d0, e0, f0, n, y):
+    """Over k < n: log weights x = x0[k] + d0[k] and values e0[k] + f0[k]; returns (max x, sum of
+    exp(x - max), sum of exp(x - max) · value) and leaves the weights exp(x - max) in y. (fexp's
+    rounding steps must not be reassociated: it runs without fast-math, the sums with.)"""
+    m = NINF
+    for k in range(n):
+        m = fmax(m, x0[k] + d0[k])
+    if m == NINF:
+        return m, 0.0, 0.0
+    for k in range(n):
+        y[k] = fexp((x0[k] + d0[k]) - m)
+    s, e = _sums(y, e0, f0, n)
+    return m, s, e
+
+
+@njit(**KERNEL)
+def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
+                 Sq, psq, peq, has_psq, has_peq, Trq, Dq, phq,
+                 grads, p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db):
+    """(log Z, E_p[score_q]) of one sequence and, with ``grads``, the plain and weighted marginals
+    (p_start / q_start (T, C) by start, p_end / q_end (T, C) by last position, g_tr / w_tr (C, C)
+    over the transitions at s >= 1, g_db / w_db (K, C)); outputs are zero on entry. ph[c] and phq[c]
+    are the phantom scores lse_{c'} Tr[c', c] of p and q."""
+    K, C = D.shape
+    DT = np.ascontiguousarray(D.T)
+    DqT = np.ascontiguousarray(Dq.T)
+    A = np.empty((L + 1, C))
+    Ea = np.empty((L + 1, C))
+    U = np.empty((L, C))
+    EU = np.empty((L, C))
+    WR = np.empty((C, L))  # W_s at index L-1-s, so a window of ends t is one ascending slice
+    EWR = np.zeros((C, L))
+    y = np.empty(max(K, C))
+    klim = np.empty(C, dtype=np.int64)
+    for c in range(C):
+        A[0, c] = 0.0
+        Ea[0, c] = 0.0
+    for s in range(L):
+        for c in range(C):
+            if s == 0:
+                U[0, c] = ph[c]
+                EU[0, c] = phq[c]
+            else:
+                m = NINF
+                for cp in range(C):
+                    m = max(m, A[s, cp] + Tr[cp, c])
+                sw = 0.0
+                ew = 0.0
+                if m != NINF:
+                    for cp in range(C):
+                        w = fexp((A[s, cp] + Tr[cp, c]) - m)
+                        sw += w
+                        ew += w * (Ea[s, cp] + Trq[cp, c]) if w > 0.0 else 0.0
+                U[s, c] = m + math.log(sw) if m != NINF else NINF
+                EU[s, c] = ew / sw if sw > 0.0 else 0.0
+            w_s = U[s, c] + ((ps[s, c] if has_ps else 0.0) - S[s, c])
+            WR[c, L - 1 - s] = w_s
+            EWR[c, L - 1 - s] = EU[s, c] + ((psq[s, c] if has_psq else 0.0) - Sq[s, c]) if w_s != NINF else 0.0
+        t = s + 1
+        limit_window(lim, has_lim, 0, t, min(K, t), klim)
+        base = L - 1 - s
+        for c in range(C):
+            n = klim[c]
+            m, sm, e = _window(WR[c, base:base + n], DT[c, :n], EWR[c, base:base + n], DqT[c, :n], n, y)
+            if m == NINF:
+                A[t, c] = NINF
+                Ea[t, c] = 0.0
+            else:
+                A[t, c] = (S[t, c] + (pe[t - 1, c] if has_pe else 0.0)) + (m + math.log(sm))
+                Ea[t, c] = (Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0)) + e / sm
+    m = NINF
+    for c in range(C):
+        m = max(m, A[L, c])
+    if m == NINF:
+        return NINF, 0.0
+    sz = 0.0
+    ez = 0.0
+    for c in range(C):
+        w = math.exp(A[L, c] - m)
+        sz += w
+        ez += w * Ea[L, c] if w > 0.0 else 0.0
+    log_z = m + math.log(sz)
+    E = ez / sz
+    if not grads or not math.isfinite(E):
+        return log_z, E
+    # ---- backward: X_t = S_t + pe_{t-1} + beta_t and EX_t = Sq_t + peq_{t-1} + Eb_t, ascending
+    XT = np.empty((C, L + 1))
+    EXT = np.zeros((C, L + 1))
+    v = np.empty(C)
+    EV = np.empty(C)
+    AdbT = np.zeros((C, K))
+    GdbT = np.zeros((C, K))
+    for c in range(C):
+        XT[c, L] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
+        EXT[c, L] = Sq[L, c] + (peq[L - 1, c] if has_peq else 0.0)
+        pend = math.exp(A[L, c] - log_z)
+        p_end[L - 1, c] = pend
+        q_end[L - 1, c] = pend * (Ea[L, c] - E) if pend > 0.0 else 0.0
+    for s in range(L - 1, -1, -1):
+        limit_window(lim, has_lim, 1, s, min(K, L - s), klim)
+        for c in range(C):
+            n = klim[c]
+            m, sm, e = _window(XT[c, s + 1:s + 1 + n], DT[c, :n], EXT[c, s + 1:s + 1 + n], DqT[c, :n], n, y)
+            head = (ps[s, c] if has_ps else 0.0) - S[s, c]
+            headq = (psq[s, c] if has_psq else 0.0) - Sq[s, c]
+            v[c] = head + (m + math.log(sm)) if m != NINF else NINF
+            EV[c] = headq + e / sm if m != NINF else 0.0
+            x = U[s, c] + v[c] - log_z
+            pst = math.exp(x) if x != NINF else 0.0
+            if pst == 0.0:
+                continue
+            p_start[s, c] = pst
+            q_start[s, c] = pst * ((EU[s, c] + EV[c]) - E)
+            # P_seg(s, k, c) = P_start(s, c) · y[k] / sm, its condition EW_s + Dq[k] + EX_{s+k}
+            w = pst / sm
+            ew = EWR[c, L - 1 - s] - E
+            arow = AdbT[c, :n]
+            grow = GdbT[c, :n]
+            xrow = EXT[c, s + 1:s + 1 + n]
+            drow = DqT[c, :n]
+            for k in range(n):
+                mu = w * y[k]
+                grow[k] += mu
+                arow[k] += mu * ((ew + drow[k]) + xrow[k]) if mu > 0.0 else 0.0
+        if s == 0:
+            break
+        for cp in range(C):
+            m = NINF
+            for c in range(C):
+                m = max(m, Tr[cp, c] + v[c])
+            sb = 0.0
+            eb = 0.0
+            if m != NINF:
+                for c in range(C):
+                    wb = fexp((Tr[cp, c] + v[c]) - m)
+                    sb += wb
+                    eb += wb * (Trq[cp, c] + EV[c]) if wb > 0.0 else 0.0
+            beta = m + math.log(sb) if m != NINF else NINF
+            Eb = eb / sb if sb > 0.0 else 0.0
+            pend = math.exp(A[s, cp] + beta - log_z) if A[s, cp] != NINF and beta != NINF else 0.0
+            p_end[s - 1, cp] = pend
+            q_end[s - 1, cp] = pend * ((Ea[s, cp] + Eb) - E) if pend > 0.0 else 0.0
+            XT[cp, s] = S[s, cp] + (pe[s - 1, cp] if has_pe else 0.0) + beta
+            EXT[cp, s] = Sq[s, cp] + (peq[s - 1, cp] if has_peq else 0.0) + Eb
+            if A[s, cp] == NINF:
+                continue
+            a = A[s, cp] - log_z
+            ea = Ea[s, cp] - E
+            grow = g_tr[cp]
+            wrow = w_tr[cp]
+            trow = Tr[cp]
+            tqrow = Trq[cp]
+            for c in range(C):
+                mu = fexp((a + trow[c]) + v[c])
+                grow[c] += mu
+                wrow[c] += mu * ((ea + tqrow[c]) + EV[c]) if mu > 0.0 else 0.0
+    for k in range(K):
+        for c in range(C):
+            g_db[k, c] = GdbT[c, k]
+            w_db[k, c] = AdbT[c, k]
+    return log_z, E
+
+
+@njit(**KERNEL)
+def entropy_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, D, ph, Sq, psq, peq, has_psq, has_peq, Trq,
+                  Dq, phq, grads, log_z, expected, p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db, lo, hi):
+    """_entropy_seq for sequences [lo, hi); per-sequence outputs (B, ...) or (1, ...) dummies
+    without ``grads``."""
+    for b in range(lo, hi):
+        g = min(b, p_start.shape[0] - 1)
+        log_z[b], expected[b] = _entropy_seq(
+            S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
+            lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, D, ph,
+            Sq[b], psq[min(b, psq.shape[0] - 1)], peq[min(b, peq.shape[0] - 1)], has_psq, has_peq, Trq, Dq, phq,
+            grads, p_start[g], p_end[g], q_start[g], q_end[g], g_tr[g], g_db[g], w_tr[g], w_db[g])
+
+
+def _softmax0(Tr: np.ndarray) -> np.ndarray:
+    """softmax over the source label of each column Tr[:, c], 0 where a column is all -inf."""
+    m = Tr.max(0)
+    e = _scaled_exp(Tr, np.where(m == -np.inf, 0.0, m)[None, :])
+    tot = e.sum(0)
+    return e / np.where(tot > 0, tot, 1.0)[None, :]
+
+
+def expected_score_numba(p_args, q_args=None, masks=None, grads=False):
+    """log Z_p and ``E_p[score_q]`` (q = p by default) on the compiled CPU engine, with the marginals.
+
+    Args:
+        p_args, q_args: ``(cum_scores, transition (C, C), duration_bias, lengths, K, proj_start,
+            proj_end)`` of the weight model p and the value model q (validated CPU tensors of the
+            same shapes; q = p when None).
+        masks: p's segment limits ``(min_start, max_end, forbidden_start)`` or None.
+        grads: also return the marginals.
+
+    Returns:
+        ``(log_z (B,), expected (B,))`` float64 tensors and, with ``grads``, ``(plain, weighted)``:
+        each ``(p_start, p_end, g_tr, g_db)`` (B, T, C), (B, T, C), (B, C, C), (B, K, C) float64,
+        ``plain`` the posterior marginals P (the transition's first-segment share by p's softmax;
+        :func:`phantom_share` moves it to another model's), ``weighted`` the edge weights
+        ``P (E[score_q | edge] - E)`` summed the same way (by p's softmax too). Both are zero for a
+        sequence whose E is not finite.
+
+    Example:
+        >>> cum = torch.nn.functional.pad(torch.randn(1, 8, 2).cumsum(1), (0, 0, 1, 0)).double()
+        >>> args = (cum, torch.zeros(2, 2), torch.zeros(3, 2), torch.tensor([8]), 3, None, None)
+        >>> log_z, E = expected_score_numba(args)
+        >>> bool(log_z - E > 0)  # the entropy
+        True
+    """
+    x = _Inputs(*p_args, masks=masks)
+    xq = x if q_args is None else _Inputs(*q_args)
+    B, T, C, K = x.B, x.T, x.C, x.K
+    n = B if grads else 1
+    outs = [np.zeros((n, T, C)) for _ in range(4)] + [np.zeros((n, C, C)), np.zeros((n, K, C)),
+                                                     np.zeros((n, C, C)), np.zeros((n, K, C))]
+    log_z, expected = np.empty(B), np.empty(B)
+    _run_batch(entropy_batch, B, 3.0 * x.work(), *x.head(), x.Tr, x.D, _lse(x.Tr, 0),
+               xq.S, xq.ps, xq.pe, xq.has_ps, xq.has_pe, xq.Tr, xq.D, _lse(xq.Tr, 0), grads, log_z, expected, *outs)
+    res = (torch.from_numpy(log_z), torch.from_numpy(expected))
+    if not grads:
+        return res
+    p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db = outs
+    soft = _softmax0(x.Tr)
+    g_tr += p_start[:, 0, None, :] * soft[None]
+    w_tr += q_start[:, 0, None, :] * soft[None]
+    bad = ~np.isfinite(expected)
+    for a in outs:
+        a[bad] = 0.0
+    t = torch.from_numpy
+    return res + ((t(p_start), t(p_end), t(g_tr), t(g_db)), (t(q_start), t(q_end), t(w_tr), t(w_db)))
+
+
+def phantom_share(g_tr: torch.Tensor, p_start: torch.Tensor, tr_from: torch.Tensor, tr_to: torch.Tensor):
+    """g_tr (B, C, C) with the first segment's transition share ``p_start[:, 0]`` moved from the
+    softmax of ``tr_from`` to that of ``tr_to`` (C, C) (the phantom predecessor's gradient)."""
+    soft = lambda tr: torch.from_numpy(_softmax0(np.where(tr.detach().double().numpy() <= -1e9, -np.inf,  # noqa: E731
+                                                         tr.detach().double().numpy())))
+    return g_tr + p_start[:, 0, None, :] * (soft(tr_to) - soft(tr_from))[None]
