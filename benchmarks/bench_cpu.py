@@ -20,9 +20,15 @@ per configuration. A threads section times the numba engine with 1 and 2 engine 
 (``numba.set_num_threads``) and with 1 and 2 torch intra-op threads. The machine's load average is
 recorded, since the CPU may be shared.
 
+``--beyond`` times instead what issue 24 asks of the compiled engine, as multiples of its own
+forward+backward (or Viterbi) in the same run: a label-masked forward+backward, 16 samples, the
+entropy with its gradient (``backend="numba"``) and top-5 (still the PyTorch path), at
+``BEYOND_CONFIGS``; it writes results/cpu_beyond.{json,md}.
+
 Usage:
     python benchmarks/bench_cpu.py                       # everything, writes results/cpu_latest.{json,md}
     python benchmarks/bench_cpu.py --quick --no-flash    # small configuration only
+    python benchmarks/bench_cpu.py --beyond              # masks, samples, entropy, top-k (issue 24)
 """
 
 from __future__ import annotations
@@ -193,6 +199,69 @@ def run_threads(configs, opts):
     return out
 
 
+BEYOND_CONFIGS = [(2, 4000, 64, 8), (1, 100000, 64, 8)]
+#: Targets of issue 24: multiples of the engine's forward+backward ("top5": of its Viterbi).
+BEYOND_TARGETS = {"masked_fwd_bwd": 1.5, "samples16": 3.0, "entropy_grad": 3.0, "top5": 3.0}
+
+
+def run_beyond(opts):
+    """Masked forward+backward, 16 samples, entropy + gradient and top-5 against the engine's own
+    forward+backward and Viterbi, one configuration at a time (medians over --repeats)."""
+    from torch_semimarkov import semi_crf_streaming_entropy, semi_crf_streaming_sample, semi_crf_streaming_topk
+
+    out = []
+    for B, T, K, C in BEYOND_CONFIGS:
+        cum, tr, db, lengths = make_inputs(B, T, K, C)
+        g = torch.Generator().manual_seed(1)
+        lab = torch.randint(0, C, (B, T), generator=g)
+        # partial labels: 30% of (position, label) pairs forbidden, the reference labels kept
+        lm = (torch.rand(B, T, C, generator=g) < 0.7) | torch.nn.functional.one_hot(lab, C).bool()
+
+        def grad_of(fn, **kw):
+            def run():
+                leaves = [x.clone().requires_grad_() for x in (cum, tr, db)]
+                fn(*leaves, lengths, K, backend="numba", **kw).sum().backward()
+            return run
+
+        fns = {
+            "fwd_bwd": grad_of(semi_crf_streaming_forward),
+            "viterbi": lambda: semi_crf_streaming_viterbi(cum, tr, db, lengths, K, backend="numba"),
+            "masked_fwd_bwd": grad_of(semi_crf_streaming_forward, label_mask=lm),
+            "samples16": lambda: semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16, backend="numba",
+                                                           generator=torch.Generator().manual_seed(0)),
+            "entropy_grad": grad_of(semi_crf_streaming_entropy),
+        }
+        row = {"B": B, "T": T, "K": K, "C": C, "ms": {}}
+        for name, fn in fns.items():
+            row["ms"][name] = timed(fn, opts.repeats)[0]
+            print(f"B{B} T{T} K{K} C{C} {name}: {row['ms'][name]:.1f} ms", flush=True)
+        if T <= opts.flash_max_t:  # top-5 still runs the PyTorch path: minutes at T = 10^5
+            row["ms"]["top5"] = timed(lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5), 1)[0]
+            print(f"B{B} T{T} K{K} C{C} top5 (PyTorch path): {row['ms']['top5']:.1f} ms", flush=True)
+        base = {m: row["ms"]["viterbi" if m == "top5" else "fwd_bwd"] for m in BEYOND_TARGETS}
+        row["ratio"] = {m: row["ms"][m] / base[m] for m in BEYOND_TARGETS if m in row["ms"]}
+        row["met"] = {m: row["ratio"][m] <= BEYOND_TARGETS[m] for m in row["ratio"]}
+        out.append(row)
+    return out
+
+
+def beyond_markdown(res):
+    lines = [f"# Compiled CPU engine beyond log Z (issue 24), {res['date']}, commit {res['commit']}", "",
+             f"torch {res['torch']} ({res['torch_threads']} intra-op threads), numba {res['numba']} "
+             f"({res['numba_threads']} threads), {res['cpu_count']} cores, load {res['load_before']} -> "
+             f"{res['load_after']}. Medians of {res['repeats']} runs (top-5: one run).", "",
+             "| B, T, K, C | fwd+bwd ms | Viterbi ms | masked fwd+bwd | 16 samples | entropy + grad | top-5 |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        cell = lambda m: (f"{r['ms'][m]:.1f} ms = {r['ratio'][m]:.2f}x ({'met' if r['met'][m] else 'unmet'}, "  # noqa: E731
+                          f"<= {BEYOND_TARGETS[m]:g}x)") if m in r["ms"] else "not run"
+        lines.append(f"| {r['B']}, {r['T']}, {r['K']}, {r['C']} | {r['ms']['fwd_bwd']:.1f} | {r['ms']['viterbi']:.1f} | "
+                     + " | ".join(cell(m) for m in ("masked_fwd_bwd", "samples16", "entropy_grad", "top5")) + " |")
+    lines += ["", "Ratios: masked forward+backward, samples and entropy over the engine's forward+backward; "
+              "top-5 (the PyTorch path: no compiled k-best yet) over its Viterbi.", ""]
+    return "\n".join(lines)
+
+
 def git_commit():
     """The repository's HEAD commit, when the script runs from a git checkout."""
     try:
@@ -246,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--flash-max-t", type=int, default=10_000, help="largest T at which flash-semicrf is timed")
     ap.add_argument("--quick", action="store_true", help="only the small configuration")
     ap.add_argument("--no-flash", action="store_true", help="skip flash-semicrf")
+    ap.add_argument("--beyond", action="store_true", help="masks, samples, entropy, top-k (issue 24)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's own choice); the engine's are numba's")
     opts = ap.parse_args(argv)
@@ -280,6 +350,14 @@ def main(argv=None):
         "configs": [],
     }
     print(f"numba kernels compiled or loaded in {load_s:.1f} s")
+    if opts.beyond:
+        res["rows"] = run_beyond(opts)
+        res["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        out = Path(opts.out).with_name("cpu_beyond.json")
+        out.write_text(json.dumps(res, indent=2) + "\n")
+        out.with_suffix(".md").write_text(beyond_markdown(res))
+        print(f"wrote {out} and {out.with_suffix('.md')}")
+        return
     for B, T, K, C in configs:
         res["configs"].append(run_config(B, T, K, C, fs, opts))
     res["threads"] = run_threads([c for c in configs if c[0] >= 2], opts)

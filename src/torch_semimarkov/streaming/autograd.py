@@ -278,7 +278,8 @@ def semi_crf_streaming_forward(
         label_mask: optional (B, T, C) bool, partial labels: position t may only carry the labels
             marked True. The result is then log Z (or the best score) of the allowed segmentations.
         boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
-            starts at t. With either mask the computation runs on the PyTorch path of
+            starts at t. With either mask the computation runs on the compiled engine's kernels
+            (CPU: numba; CUDA: Triton, a (C, C) transition) or else the PyTorch path of
             :mod:`torch_semimarkov.streaming.distribution` (any device, a Python loop over T).
 
     The engine runs as the operator ``torch.ops.torch_semimarkov.forward`` (with a registered

@@ -1459,7 +1459,8 @@ def semi_crf_streaming_topk(
             tensors, Triton and a (C, C) transition, else the float64 PyTorch path),
             ``"triton"`` (the kernels; ``ValueError`` where they cannot take it), ``"torch"`` (the
             float64 PyTorch path, the reference) or ``"numba"`` (CPU tensors: the compiled engine
-            has no k-best lists, samples, entropy or masks yet, so the float64 PyTorch path runs).
+            has no k-best lists yet, so the float64 PyTorch path runs; it runs masks, samples and
+            the entropy).
         use_triton: ``False`` keeps ``"auto"`` off the kernels.
         validate: check the input values (one device-to-host transfer).
 
