@@ -71,12 +71,13 @@ import gzip
 import math
 import re
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Dict, IO, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import unquote
 
 from .records import STOP_CODONS, Exon, Gene
 
-__all__ = ["write_gff3", "read_cds"]
+__all__ = ["write_gff3", "read_cds", "Alternative"]
 
 _SEQID_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:^*$@!+_?|-")
 _ATTR_RESERVED = frozenset(";=&,%\t\n\r")
@@ -147,6 +148,27 @@ def _open_ends(gene: Gene, length: Optional[int], seq: Optional[str]) -> Tuple[b
     return five, three
 
 
+@dataclass(frozen=True)
+class Alternative:
+    """An alternative transcript for :func:`write_gff3` (e.g. from the model's k-best parses or samples).
+
+    Attributes:
+        gene: its exons, strand and phase (its ``id`` names the gene when ``parent`` is None).
+        parent: index of the predicted gene (in ``predictions[seqid]``) it is an alternative of, or
+            None for a transcript that overlaps no predicted gene.
+        probability: e.g. its posterior probability (column 6 of the ``mRNA`` line and
+            ``probability=``), or None.
+        exon_scores: one score per exon (genomic order) for column 6 of its exon and CDS lines, or None.
+        attributes: more ``mRNA`` attributes (``{name: value}``, values %-escaped).
+    """
+
+    gene: Gene
+    parent: Optional[int] = None
+    probability: Optional[float] = None
+    exon_scores: Optional[Tuple[Optional[float], ...]] = None
+    attributes: Optional[Mapping[str, object]] = None
+
+
 def write_gff3(
     out: Union[str, IO[str]],
     predictions: Mapping[str, Sequence[Gene]],
@@ -155,6 +177,7 @@ def write_gff3(
     header: Sequence[str] = (),
     exon_scores: Optional[Mapping[str, Sequence[Optional[Sequence[Optional[float]]]]]] = None,
     sequences: Optional[Mapping[str, str]] = None,
+    alternatives: Optional[Mapping[str, Sequence["Alternative"]]] = None,
 ) -> None:
     """Write genes per sequence as GFF3 (the layout, IDs and partial marks: see the module docstring).
 
@@ -172,14 +195,21 @@ def write_gff3(
             e.g. the exon's posterior probability. Sequences or genes without scores get ``.``.
         sequences: optional ``{seqid: DNA}``: with it the start and stop codons are checked in the
             sequence for the partial marks (and its length stands in for a missing ``lengths``).
+        alternatives: optional ``{seqid: [Alternative, ...]}``: more transcripts, written after
+            their parent gene's own transcript as further ``mRNA`` features of that gene (IDs
+            ``.t2``, ``.t3``, ...; the gene's span grows to hold them), or, with ``parent=None``, as
+            a gene of their own (ID from ``Alternative.gene.id``). Their ``mRNA`` lines carry
+            ``alternative=true``, the probability in column 6 and as ``probability=``, and
+            ``Alternative.attributes``; :func:`read_cds` leaves them out unless asked.
 
     Raises:
         ValueError: a gene outside its sequence, a feature ID used twice, or ``exon_scores`` whose
-            shape does not match ``predictions``.
+            shape does not match ``predictions``, an alternative whose parent is not a gene
+            index of its sequence or lies on the other strand.
     """
     if isinstance(out, str):
         with open(out, "w") as f:
-            return write_gff3(f, predictions, source, lengths, header, exon_scores, sequences)
+            return write_gff3(f, predictions, source, lengths, header, exon_scores, sequences, alternatives)
     src = _escape_value(source) or "."
     out.write("##gff-version 3\n")
     for line in header:
@@ -205,36 +235,72 @@ def write_gff3(
         sid = _escape_seqid(seqid)
         if lengths is not None and lengths.get(seqid) is not None and lengths[seqid] >= 1:
             out.write(f"##sequence-region {sid} 1 {int(lengths[seqid])}\n")
+        alts = list((alternatives or {}).get(seqid, ()))
+        for a in alts:
+            if a.parent is not None and not 0 <= a.parent < len(genes):
+                raise ValueError(f"alternative {a.gene.id} of {seqid!r}: parent {a.parent} is not a gene index "
+                                 f"(the sequence has {len(genes)} genes)")
+            if a.parent is not None and a.gene.strand != genes[a.parent].strand:
+                raise ValueError(f"alternative {a.gene.id} of {seqid!r} lies on the other strand of its parent gene")
+            if a.exon_scores is not None and len(a.exon_scores) != len(a.gene.exons):
+                raise ValueError(f"alternative {a.gene.id} of {seqid!r}: {len(a.exon_scores)} exon scores for "
+                                 f"{len(a.gene.exons)} exons")
         for gi, gene in enumerate(genes):
             gscores = None if scores is None else scores[gi]
             if gscores is not None and len(gscores) != len(gene.exons):
                 raise ValueError(f"exon_scores[{seqid!r}][{gi}] has {len(gscores)} scores for the "
                                  f"{len(gene.exons)} exons of gene {gene.id}")
+        for gene in list(genes) + [a.gene for a in alts]:
             if gene.start < 0 or (length is not None and gene.end > length):
                 raise ValueError(f"gene {gene.id} ({gene.start + 1}..{gene.end}) lies outside sequence {seqid!r} "
                                  f"of length {length}")
-            _write_gene(out, sid, src, seqid, gene, gscores, length, seq, new_id)
+        for gi, gene in enumerate(genes):
+            gscores = None if scores is None else scores[gi]
+            txs = [(gene, gscores, None)] + [(a.gene, a.exon_scores, a) for a in alts if a.parent == gi]
+            _write_gene(out, sid, src, seqid, gene.id, gene.strand, txs, length, seq, new_id)
+        for a in alts:  # alternatives that belong to no predicted gene: a gene of their own
+            if a.parent is None:
+                _write_gene(out, sid, src, seqid, a.gene.id, a.gene.strand, [(a.gene, a.exon_scores, a)], length,
+                            seq, new_id)
 
 
-def _write_gene(out, sid, src, seqid, gene, gscores, length, seq, new_id) -> None:
-    where = f"gene {gene.id} of {seqid!r}"
-    # GFF3 IDs are unique per file: prefix per-sequence gene ids with the seqid
-    gid = gene.id if gene.id.startswith(f"{seqid}.") else f"{seqid}.{gene.id}"
-    tid = f"{gid}.t1"
-    gid_e, tid_e = new_id(gid, where), new_id(tid, where)
-    cds_e, start_e, stop_e = (new_id(f"{tid}.{x}", where) for x in ("cds", "start_codon", "stop_codon"))
+def _layout(gene: Gene, length, seq) -> dict:
+    """A transcript's open ends, stop codon and exon spans (the 3'-most exon extended by the stop)."""
     five, three = _open_ends(gene, length, seq)
-    partial = "true" if five or three else None
     left_open, right_open = (five, three) if gene.strand == "+" else (three, five)
     stop = None if three else _stop_span(gene)
-    # the exons in genomic order, the 3'-most extended by the stop codon; the gene spans them
     spans = [[ex.start, ex.end] for ex in gene.exons]
     if stop is not None:
         if gene.strand == "+":
             spans[-1][1] = stop[1]
         else:
             spans[0][0] = stop[0]
-    lo, hi = spans[0][0], spans[-1][1]
+    return dict(five=five, three=three, left_open=left_open, right_open=right_open, stop=stop, spans=spans,
+                lo=spans[0][0], hi=spans[-1][1])
+
+
+def _write_gene(out, sid, src, seqid, gene_id, strand, transcripts, length, seq, new_id) -> None:
+    """One gene line spanning its transcripts ``[(Gene, exon scores, Alternative or None)]``, then each."""
+    where = f"gene {gene_id} of {seqid!r}"
+    # GFF3 IDs are unique per file: prefix per-sequence gene ids with the seqid
+    gid = gene_id if gene_id.startswith(f"{seqid}.") else f"{seqid}.{gene_id}"
+    gid_e = new_id(gid, where)
+    lays = [_layout(t, length, seq) for t, _, _ in transcripts]
+    lo, hi = min(x["lo"] for x in lays), max(x["hi"] for x in lays)
+    attrs = _attrs(ID=gid_e, partial="true" if any(x["five"] or x["three"] for x in lays) else None,
+                   start_range=f".,{lo + 1}" if any(x["left_open"] and x["lo"] == lo for x in lays) else None,
+                   end_range=f"{hi},." if any(x["right_open"] and x["hi"] == hi for x in lays) else None)
+    out.write(f"{sid}\t{src}\tgene\t{lo + 1}\t{hi}\t.\t{strand}\t.\t{attrs}\n")
+    for n, ((tx, tscores, alt), lay) in enumerate(zip(transcripts, lays), 1):
+        _write_transcript(out, sid, src, tx, tscores, lay, f"{gid}.t{n}", gid_e, alt, where, new_id)
+
+
+def _write_transcript(out, sid, src, gene, gscores, lay, tid, gid_e, alt, where, new_id) -> None:
+    tid_e = new_id(tid, where)
+    cds_e, start_e, stop_e = (new_id(f"{tid}.{x}", where) for x in ("cds", "start_codon", "stop_codon"))
+    five, three, stop, spans = lay["five"], lay["three"], lay["stop"], lay["spans"]
+    partial = "true" if five or three else None
+    left_open, right_open, lo, hi = lay["left_open"], lay["right_open"], lay["lo"], lay["hi"]
 
     def ranges(a: int, b: int) -> dict:
         return {"start_range": f".,{a + 1}" if left_open and a == lo else None,
@@ -243,8 +309,12 @@ def _write_gene(out, sid, src, seqid, gene, gscores, length, seq, new_id) -> Non
     def line(kind, a, b, score=".", phase=".", **attrs):
         out.write(f"{sid}\t{src}\t{kind}\t{a + 1}\t{b}\t{score}\t{gene.strand}\t{phase}\t{_attrs(**attrs)}\n")
 
-    line("gene", lo, hi, ID=gid_e, partial=partial, **ranges(lo, hi))
-    line("mRNA", lo, hi, ID=tid_e, Parent=gid_e, partial=partial, **ranges(lo, hi))
+    extra = {}
+    if alt is not None:
+        extra = {"alternative": "true", "probability": _score(alt.probability) if alt.probability is not None else None,
+                 **{_escape_value(str(k)): _escape_value(str(v)) for k, v in (alt.attributes or {}).items()}}
+    line("mRNA", lo, hi, _score(None if alt is None else alt.probability), ID=tid_e, Parent=gid_e,
+         partial=partial, **ranges(lo, hi), **extra)
     if not five:
         done = 0
         for a, b in _first_bases(gene):
@@ -282,6 +352,7 @@ def _parse_attrs(text: str) -> Dict[str, str]:
 def read_cds(
     source: Union[str, IO[str], Iterable[str]],
     sources: Optional[Sequence[str]] = None,
+    alternatives: bool = False,
 ) -> Dict[str, List[Gene]]:
     """CDS features of a GFF3 or GTF file, grouped into transcripts: ``{seqid: [Gene, ...]}``.
 
@@ -297,16 +368,25 @@ def read_cds(
         source: a path (``.gz`` is read compressed), an open file, or lines.
         sources: keep only lines whose source (column 2) is one of these, e.g. ``["AUGUSTUS"]`` for
             AUGUSTUS output that also echoes the input annotation as source ``database``.
+        alternatives: also return the transcripts whose ``mRNA`` line says ``alternative=true``
+            (written by :func:`write_gff3` from ``alternatives``); by default they are left out, so
+            that an evaluation sees the predicted genes only.
     """
     if isinstance(source, str):
         with (gzip.open(source, "rt") if source.endswith(".gz") else open(source)) as f:
-            return read_cds(f, sources)
+            return read_cds(f, sources, alternatives)
     groups: "OrderedDict[tuple, dict]" = OrderedDict()
     codons: Dict[tuple, set] = {}
+    alternative: set = set()
     for line in source:
         if not line.strip() or line.startswith("#"):
             continue
         cols = line.rstrip("\n").split("\t")
+        if not alternatives and len(cols) >= 9 and cols[2] == "mRNA":
+            attrs = _parse_attrs(cols[8])
+            if attrs.get("alternative", "").lower() == "true" and "ID" in attrs:
+                alternative.add((unquote(cols[0]), attrs["ID"]))
+            continue
         if len(cols) < 9 or cols[2] not in ("CDS", "start_codon", "stop_codon"):
             continue
         if sources is not None and cols[1] not in sources:
@@ -324,6 +404,8 @@ def read_cds(
         g["marked"] = g["marked"] or attrs.get("partial", "").lower() == "true" or "start_range" in attrs or "end_range" in attrs
     out: Dict[str, List[Gene]] = OrderedDict()
     for (seqid, tid), g in groups.items():
+        if (seqid, tid) in alternative:
+            continue
         exons = sorted(set(g["exons"]))
         first = 0
         order = sorted(zip(g["exons"], g["phases"]))
