@@ -1,7 +1,8 @@
 """Gene predictions as GFF3, and reading CDS features back from GFF3 or GTF (e.g. AUGUSTUS output).
 
-GFF3 written by :func:`write_gff3`, per predicted gene (one transcript), in 1-based inclusive
-coordinates with seqid = the record's (LOCUS / FASTA) name:
+GFF3 written by :func:`write_gff3`, per predicted gene (one transcript, plus any alternative
+transcripts, see below), in 1-based inclusive coordinates with seqid = the record's (LOCUS /
+FASTA) name:
 
 * a ``gene`` line; an ``mRNA`` line (``Parent`` = the gene); per coding exon, 5' to 3' along the
   transcript, an ``exon`` line and a line of the transcript's ``CDS`` feature (one ``ID`` shared by
@@ -35,6 +36,11 @@ and on the features that reach the open end ``start_range=.,<start>`` (open at t
 coordinate: the 5' end of a + strand gene, the 3' end of a - strand gene) or ``end_range=<end>,.``
 (open at the right), ``.`` standing for the unknown coordinate beyond the sequence's edge.
 :func:`read_cds` reads these marks back as ``Gene.partial``.
+
+**Alternative transcripts** (:class:`Alternative`, e.g. from a model's samples or k best parses)
+follow their gene's own transcript as more ``mRNA`` features (``.t2``, ``.t3``, ...; the gene
+spans all its transcripts) or form genes of their own; their ``mRNA`` lines carry
+``alternative=true`` and ``probability=``, and :func:`read_cds` leaves them out unless asked.
 
 Feature IDs are ``<seqid>.<gene id>`` (the gene id alone when it begins with ``<seqid>.``), ``.t1``
 for the mRNA, ``.t1.exon<n>``, ``.t1.cds``, ``.t1.start_codon``, ``.t1.stop_codon``; they must be
