@@ -65,7 +65,8 @@ def _genbank_records(path):
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    """(train.gb with 30 short training loci, test.gb with 3 test loci of 1.8-1.9 kb)."""
+    """(train.gb with 30 short training loci, test.gb with 3 test loci of 1.8-1.9 kb, one.gb with one
+    test locus of 1.2 kb)."""
     pytest.importorskip("Bio", reason="the GenBank loader needs Biopython: pip install 'torch-semimarkov[genomics]'")
     from torch_semimarkov.genomics.genbank import tutorial_data
 
@@ -78,7 +79,9 @@ def tiny_data(tmp_path_factory):
     train, test = d / "train.gb", d / "test.gb"
     train.write_text("".join(_genbank_records(paths["train"])[:30]))
     test.write_text("".join(_genbank_records(paths["test"])[20:23]))
-    return str(train), str(test)
+    one = d / "one.gb"  # the k-best lists run on the PyTorch path on the CPU: one short locus
+    one.write_text(_genbank_records(paths["test"])[5])
+    return str(train), str(test), str(one)
 
 
 def _mrnas(text):
@@ -127,7 +130,7 @@ def _gt_ok(path):
 
 
 def test_ghmm_alternatives_from_samples_validate(predict, tiny_data, tmp_path, capsys):
-    train, test = tiny_data
+    train, test, _ = tiny_data
     common = ["--ghmm", train, "--input", test, "--max-duration", "200", "--order", "2"]
     plain, alt = tmp_path / "plain.gff3", tmp_path / "alt.gff3"
     assert predict.main(common + ["--out", str(plain)]) == 0
@@ -152,7 +155,7 @@ def test_ghmm_alternatives_from_samples_validate(predict, tiny_data, tmp_path, c
 
 
 def test_ghmm_alternatives_from_topk(predict, tiny_data, tmp_path):
-    train, test = tiny_data
+    train, _, test = tiny_data
     out = tmp_path / "topk.gff3"
     assert predict.main(["--ghmm", train, "--input", test, "--max-duration", "120", "--order", "2", "--out", str(out),
                          "--alternatives", "2", "--alternatives-from", "topk", "--k", "4"]) == 0
@@ -204,7 +207,7 @@ def test_ghmm_inputs_one_segmentation_per_labelling(post, tiny_data):
     from torch_semimarkov.genomics.genbank import load_genbank
     from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig, assemble
 
-    train, test = tiny_data
+    train, test, _ = tiny_data
     model = GHMM.fit(load_genbank(train), GHMMConfig(order=2, max_duration=2000))
     rec = load_genbank(test)[2]
     assert len(rec) <= model.K  # no intron needs splitting: one segmentation per labelling
