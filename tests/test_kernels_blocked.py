@@ -136,9 +136,12 @@ def test_large_rings_plan_the_blocked_engine():
     fills the GPU alone runs one chunk per sequence; explicit time_parallel=False keeps the
     sequential memory-ring kernel."""
     p = plan_mod.make_plan(4, 100000, 960, 47)
-    assert p.kind == "mem" and p.time_parallel and p.n_chunks > 1 and p.chunk >= 4 * 960
-    p = plan_mod.make_plan(512, 3000, 960, 47)
-    assert p.kind == "mem" and p.time_parallel and p.n_chunks == 1
+    assert p.kind == "mem" and p.time_parallel and p.n_chunks == 33 and p.chunk >= 3 * 960 // 2
+    p = plan_mod.make_plan(1, 100000, 4000, 47)
+    assert p.chunk == 6000 and p.n_chunks == 17
+    for B, T in ((512, 30000), (32, 3000)):  # the batch fills the GPU; shorter than 4·K
+        p = plan_mod.make_plan(B, T, 960, 47)
+        assert p.kind == "mem" and p.time_parallel and p.n_chunks == 1
     p = plan_mod.make_plan(4, 100000, 960, 47, time_parallel=False)
     assert p.kind == "mem" and not p.time_parallel
     p = plan_mod.make_plan(4, 100000, 64, 24)

@@ -46,8 +46,10 @@ def test_duration_transitions_run_parallel_over_time_under_the_same_rule():
     assert not p.time_parallel and p.kind == "dur" and not p.packed_backpointers
 
 
-def test_rings_too_large_for_registers_stay_sequential():
+def test_rings_too_large_for_registers_run_the_blocked_engine():
     p = make_plan(1, 100_000, 1000, 64)  # 1024 x 64 ring
+    assert p.time_parallel and p.kind == "mem" and p.packed_backpointers and p.n_chunks > 1
+    p = make_plan(1, 100_000, 1000, 64, time_parallel=False)  # the sequential memory-ring kernel
     assert not p.time_parallel and p.kind == "mem"
 
 

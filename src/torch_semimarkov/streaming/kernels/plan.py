@@ -169,6 +169,15 @@ def chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
     return max(4 * K_eff, 64, -(-T // want))
 
 
+def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
+    """Chunk length W of the blocked memory-ring engine: about one program per multiprocessor,
+    each chunk at least 1.5·K long and 64."""
+    if CHUNK_OVERRIDE is not None:
+        return max(int(CHUNK_OVERRIDE), K_eff)
+    per = max(1, sms // max(B, 1))
+    return max(3 * K_eff // 2, 64, -(-T // per))
+
+
 def make_plan(
     B: int,
     T: int,
@@ -221,9 +230,13 @@ def make_plan(
         limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
     if not duration_transitions and time_parallel is not False and (
             FORCE_BLOCKED or k_pad * c_pad > REG_RING_ELEMENTS[16]):
-        # a ring too large for registers: the blocked memory-ring engine, parallel over time
-        # unless the batch alone fills the GPU (then one chunk per sequence)
-        if B >= 2 * sms and time_parallel is None:
+        # a ring too large for registers: the blocked memory-ring engine, one program per
+        # multiprocessor (8 warps, ~200 registers a thread), parallel over time with chunks of
+        # at least 1.5·K (a fix-up runs ~1.0-1.2·K positions); sequences shorter than 4·K, or a
+        # batch that fills the GPU alone, run one chunk per sequence (H200 sweep, GPU_NOTES)
+        W = blocked_chunk_length(B, T, K_eff, sms)
+        n = max(1, -(-T // W))
+        if (B >= sms or T < 4 * K_eff) and time_parallel is None and CHUNK_OVERRIDE is None:
             W, n = max(T, 1), 1
         bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(16, c_pad))
         return KernelPlan(
