@@ -27,6 +27,7 @@ def main(src: str, dst: str) -> None:
         ax1.annotate(f"K={r['K']}\n{r['kind']}", (r["KC"], r["new_forward_ms"]), fontsize=7,
                      textcoords="offset points", xytext=(4, -14))
     ax1.axvline(16384 * 47 / 64, color="grey", ls=":", lw=1)
+    ax1.text(16384 * 47 / 64 * 1.03, ax1.get_ylim()[1] * 0.8, "register-ring limit", fontsize=7, color="grey")
     ax1.set_xlabel("K·C (C = 47)")
     ax1.set_ylabel("forward, ms (median)")
     B, T = sw[0]["B"], sw[0]["T"]

@@ -170,12 +170,13 @@ def chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
 
 
 def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
-    """Chunk length W of the blocked memory-ring engine: about one program per multiprocessor,
-    each chunk at least 1.5·K long and 64."""
+    """Chunk length W of the blocked memory-ring engine: about one program per multiprocessor
+    for a batch of full-length sequences, each chunk at least 1.5·K and 64 long and at most 4·K
+    (a ragged batch's long sequences then still take many chunks)."""
     if CHUNK_OVERRIDE is not None:
         return max(int(CHUNK_OVERRIDE), K_eff)
     per = max(1, sms // max(B, 1))
-    return max(3 * K_eff // 2, 64, -(-T // per))
+    return max(3 * K_eff // 2, 64, min(4 * K_eff, -(-T // per)))
 
 
 def make_plan(
