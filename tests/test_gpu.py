@@ -3,7 +3,8 @@ one program per sequence and parallel over time.
 
 The interpreter tests (``tests/test_kernels_*.py``) run on CUDA too when one is present; the
 long-sequence checks live in ``scripts/gpu_check.py``; these are the quick ones at sizes where
-the time-parallel engine takes several chunks by itself.
+the time-parallel engine takes several chunks by itself, and one ring too large for registers
+(the blocked engine, ``kernels/blocked.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ CASES = [
     (3, 400, 64, 3, "ragged", "none", False),
     (2, 5000, 200, 9, None, "end", False),
     (3, 80, 6, 5, "ragged", "both", True),
+    (2, 3000, 300, 40, "ragged", "both", False),  # a 512 x 64 ring: the blocked engine (parallel)
 ]
 IDS = [case_id(B, T, K, C, lens or "", proj if proj != "none" else "", "KCC" if kcc else "")
        for B, T, K, C, lens, proj, kcc in CASES]
@@ -112,9 +114,10 @@ def test_viterbi_matches_float64_reference(case, parallel):
             assert abs(sc - float(s_ref[b])) <= 1e-6 * max(1.0, abs(float(s_ref[b]))), f"sequence {b}"
 
 
-@pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
-def test_gradients_bitwise_deterministic(parallel):
-    inp = _cuda(make_inputs(8, 3000, 32, 12, dtype=torch.float32, seed=9, lengths="ragged", proj="both"))
+@pytest.mark.parametrize("parallel,K,C", [(False, 32, 12), (True, 32, 12), (True, 300, 40)],
+                         ids=["sequential", "parallel", "blocked"])
+def test_gradients_bitwise_deterministic(parallel, K, C):
+    inp = _cuda(make_inputs(8, 3000, K, C, dtype=torch.float32, seed=9, lengths="ragged", proj="both"))
     z0, g0 = _triton(inp, parallel)
     for _ in range(9):
         z, g = _triton(inp, parallel)

@@ -147,3 +147,18 @@ def test_large_rings_plan_the_blocked_engine():
     p = plan_mod.make_plan(4, 100000, 64, 24)
     assert p.kind == "reg"
     assert plan_mod.masked_plan(4, 100000, 960, 47) is None
+
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_samples_walk_the_blocked_engines_rows_exactly(i, blocked):
+    """Sampling reads the forward's every-position rows: from the blocked engine's rows the kernel
+    walk draws exactly the plain float64 walk's steps (same uniforms)."""
+    from test_kernels_sample import _case, _kernel_walk, _reference_walk, _state
+
+    v = _case(i, seed=20 + i)
+    saved, frames, _ = _state(v)
+    assert _plan(v, "log").kind == "mem"
+    uniforms = torch.rand((2 * v.batch, v.T + 1, 2), generator=torch.Generator().manual_seed(i))
+    labels, starts, _ = _kernel_walk(v, uniforms, 4)
+    ref_labels, ref_starts = _reference_walk(v, saved, frames, cpu(v.lengths), uniforms)
+    assert torch.equal(cpu(labels), ref_labels) and torch.equal(cpu(starts), ref_starts)
