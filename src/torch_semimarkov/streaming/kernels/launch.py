@@ -16,9 +16,9 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..pytorch_reference import feasible, public_score, zero_rows
-from .common import HAS_TRITON, REBASE
+from .common import HAS_TRITON, REBASE, next_pow2
 from .parallel import beta_chunked, forward_chunked, traceback_chunked
-from .plan import KernelPlan, checkpoint_sizes, make_plan
+from .plan import KernelPlan, _sms, checkpoint_sizes, make_plan
 from .recompute import init_reg_checkpoint, recompute_forward_state
 
 
@@ -261,8 +261,19 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
             out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None)
     else:
         extra = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
-        _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
-                                      out_ptr=anchors, K_BLOCK=plan.k_block, **extra)
+        # the blocked engine's few anchors of O(K²·C) each: split every anchor's starts over NS
+        # programs (partial log-sums, reduced here in float64) so that they fill the GPU
+        ns = 1
+        if plan.kind == "mem" and plan.time_parallel:
+            ns = max(1, min(16, next_pow2(-(-2 * _sms(dev) // (B * n_anchor)))))
+        if ns > 1:
+            parts = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
+            _anchor_kernel[(B, n_anchor * ns)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
+                                               out_ptr=parts, K_BLOCK=plan.k_block, NS=ns, **extra)
+            anchors = torch.logsumexp(parts, -1)
+        else:
+            _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
+                                          out_ptr=anchors, K_BLOCK=plan.k_block, **extra)
     anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
     marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,

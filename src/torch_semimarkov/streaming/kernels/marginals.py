@@ -42,13 +42,20 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        NS: tl.constexpr = 1,
     ):
         """log Z from the stored rows at anchor p_j = min(j·A, L): every segmentation has one
         segment covering position q = min(p_j, L-1), so log Z = LSE over the segments (s, e, c)
         with s <= q < e of U_s + D[e-s-1] + S_e - S_s + Y_e (plus frames). Program (b, j).
-        HAS_MASK: only the allowed segments (e <= max_end[s, c])."""
+        HAS_MASK: only the allowed segments (e <= max_end[s, c]).
+        NS > 1 (large K): program (b, j·NS + p) sums the starts s = q - i with i in its p-th share
+        of [0, K) and writes that partial log-sum to ``out_ptr`` (B, NA, NS); the host reduces."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
+        part = j * 0
+        if NS > 1:
+            part = j % NS
+            j = j // NS
         L = tl.load(len_ptr + b)
         if not IDX64:
             L = L.to(tl.int32)
@@ -65,7 +72,13 @@ if HAS_TRITON:
         ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
         run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
-        for i in range(0, tl.minimum(K, q + 1)):
+        i_lo = 0
+        i_hi = tl.minimum(K, q + 1)
+        if NS > 1:
+            per = (K + NS - 1) // NS
+            i_lo = part * per
+            i_hi = tl.minimum(i_hi, i_lo + per)
+        for i in range(i_lo, i_hi):
             s = q - i
             u = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
@@ -92,7 +105,7 @@ if HAS_TRITON:
         m = tl.max(run_m, 0)
         total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
         lz = m + log_(tl.where(total > 0, total, 1.0))
-        tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
+        tl.store(out_ptr + (b * NA + j) * NS + part, ref + lz.to(tl.float64))
 
     @triton.jit
     def _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK: tl.constexpr):
