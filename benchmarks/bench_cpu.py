@@ -25,10 +25,20 @@ forward+backward (or Viterbi) in the same run: a label-masked forward+backward, 
 entropy with its gradient (``backend="numba"``) and top-5 (still the PyTorch path), at
 ``BEYOND_CONFIGS``; it writes results/cpu_beyond.{json,md}.
 
+``--threads-loop`` times a user-style training loop (a two-layer Conv1d encoder, ``SemiMarkovCRFHead``
+and Adam, ``LOOP_SHAPE`` = (B, T, K, C) = (4, 2000, 32, 8)) with 1 and 2 torch intra-op threads,
+each run in a fresh process (``--loop-steps`` timed steps after 3 warm-up steps; the thread counts
+alternate over ``--loop-reps`` rounds), for a small and a larger encoder (hidden sizes
+``LOOP_HIDDEN``); each process also times the head alone (``compute_loss`` + backward on fixed
+features) and the encoder alone, the engine's backward alone and right after a torch operation, and
+the last two with ``torch.set_num_threads(1)`` around the head's / engine's work (the option of a
+library that limits torch's threads itself). It writes results/cpu_threads_loop.{json,md}.
+
 Usage:
     python benchmarks/bench_cpu.py                       # everything, writes results/cpu_latest.{json,md}
     python benchmarks/bench_cpu.py --quick --no-flash    # small configuration only
     python benchmarks/bench_cpu.py --beyond              # masks, samples, entropy, top-k (issue 24)
+    python benchmarks/bench_cpu.py --threads-loop        # training loop at 1 and 2 torch threads
 """
 
 from __future__ import annotations
@@ -262,6 +272,148 @@ def beyond_markdown(res):
     return "\n".join(lines)
 
 
+LOOP_SHAPE = (4, 2000, 32, 8)
+LOOP_HIDDEN = (32, 128)
+LOOP_IN = 16
+
+
+def loop_worker(hidden, threads, steps):
+    """One training run at ``threads`` torch threads (set before any torch work): step times of
+    encoder + head + Adam, then the head alone and the encoder alone; prints one JSON line."""
+    torch.set_num_threads(threads)
+    from torch import nn
+
+    from torch_semimarkov import SemiMarkovCRFHead
+
+    B, T, K, C = LOOP_SHAPE
+    torch.manual_seed(0)
+    enc = nn.Sequential(nn.Conv1d(LOOP_IN, hidden, 5, padding=2), nn.ReLU(), nn.Conv1d(hidden, hidden, 5, padding=2))
+    head = SemiMarkovCRFHead(num_classes=C, max_duration=K, hidden_dim=hidden)
+    opt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(B, LOOP_IN, T, generator=g)
+    # gold segmentations: runs of 1..K positions with random labels
+    labels = torch.empty(B, T, dtype=torch.long)
+    for b in range(B):
+        t = 0
+        while t < T:
+            d = int(torch.randint(1, K + 1, (1,), generator=g))
+            labels[b, t:t + d] = int(torch.randint(0, C, (1,), generator=g))
+            t += d
+    lengths = torch.full((B,), T, dtype=torch.long)
+
+    def step():
+        loss = head.compute_loss(enc(x).transpose(1, 2), lengths, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    for _ in range(3):
+        step()
+    times, t_all = [], time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    total_s = time.perf_counter() - t_all
+    features = enc(x).transpose(1, 2).detach().contiguous()
+
+    def head_only():
+        h = features.clone().requires_grad_()
+        head.compute_loss(h, lengths, labels).backward()
+
+    def encoder_only():
+        enc(x).sum().backward()
+
+    # the engine's backward alone, and right after one torch operation on B·(T+1)·C elements (large
+    # enough for torch to run it on its intra-op threads)
+    from torch_semimarkov.streaming import numba_engine as ne
+
+    out = head.build(features, lengths)
+    args = [t.detach() for t in (out.cum_scores, out.transition, out.duration_bias)] + [lengths, K]
+    fwd = ne.semi_crf_streaming_forward_numba(*args)
+    scratch = torch.randn(B, T + 1, C)
+
+    def engine_bw():
+        ne.semi_crf_streaming_backward_numba(*args, *fwd)
+
+    def engine_bw_after_op():
+        scratch.mul_(1.0)
+        engine_bw()
+
+    def one_thread(fn):
+        """fn with torch limited to one thread around it (the option of a head or engine that
+        limits torch's threads around its own work)."""
+        def run():
+            n = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                fn()
+            finally:
+                torch.set_num_threads(n)
+        return run
+
+    def engine_bw_after_op_limited():
+        scratch.mul_(1.0)
+        one_thread(engine_bw)()
+
+    def head_limited():
+        h = features.clone().requires_grad_()
+        one_thread(lambda: head.compute_loss(h, lengths, labels).backward())()
+
+    rec = {"hidden": hidden, "torch_threads": torch.get_num_threads(), "steps": steps, "total_s": total_s,
+           "step_ms": statistics.median(times), "step_mean_ms": statistics.mean(times), "final_loss": loss,
+           "head_ms": timed(head_only, 20)[0], "encoder_ms": timed(encoder_only, 20)[0],
+           "engine_bw_ms": timed(engine_bw, 20)[0], "engine_bw_after_op_ms": timed(engine_bw_after_op, 20)[0],
+           "engine_bw_after_op_limited_ms": timed(engine_bw_after_op_limited, 20)[0],
+           "head_limited_ms": timed(head_limited, 20)[0]}
+    print(json.dumps(rec), flush=True)
+
+
+def run_threads_loop(opts):
+    """Training loop at 1 and 2 torch threads, each in a fresh process, alternating order."""
+    runs = []
+    for hidden in LOOP_HIDDEN:
+        for rep in range(opts.loop_reps):
+            for threads in ((1, 2) if rep % 2 == 0 else (2, 1)):
+                load = [round(x, 2) for x in os.getloadavg()]
+                out = subprocess.run([sys.executable, __file__, "--loop-worker", str(hidden), str(threads),
+                                      str(opts.loop_steps)], capture_output=True, text=True, check=True)
+                rec = json.loads(out.stdout.strip().splitlines()[-1])
+                rec["load_before"] = load
+                runs.append(rec)
+                print(f"  hidden {hidden}, torch threads {threads}: {opts.loop_steps} steps {rec['total_s']:.2f} s, "
+                      f"step {rec['step_ms']:.1f} ms (head {rec['head_ms']:.1f} ms, encoder {rec['encoder_ms']:.1f} ms, "
+                      f"engine backward {rec['engine_bw_ms']:.1f} ms, after a torch op {rec['engine_bw_after_op_ms']:.1f} ms, "
+                      f"limited {rec['engine_bw_after_op_limited_ms']:.1f} ms; head limited {rec['head_limited_ms']:.1f} ms), "
+                      f"load {load[0]}", flush=True)
+    return runs
+
+
+def threads_loop_markdown(res):
+    lines = [f"# Training loop at 1 and 2 torch threads (issue 24), {res['date']}, commit {res['commit']}", "",
+             f"torch {res['torch']}, numba {res['numba']} ({res['numba_threads']} engine threads), "
+             f"{res['cpu_count']} cores, load {res['load_before']} -> {res['load_after']}. "
+             f"(B, T, K, C) = {tuple(LOOP_SHAPE)}: Conv1d({LOOP_IN}, H, 5) + ReLU + Conv1d(H, H, 5), "
+             "SemiMarkovCRFHead(hidden_dim=H), Adam; each row one fresh process; step: median of "
+             f"{res['loop_steps']} steps (after 3 warm-up steps); head: compute_loss + backward on fixed "
+             "features; encoder: forward + backward; engine bwd: the compiled engine's backward alone, and "
+             "right after one torch operation on B·(T+1)·C elements; 'limited': the same with "
+             "torch.set_num_threads(1) around the engine's backward / around the head's compute_loss + "
+             "backward (restored after); all medians of 20 calls.", "",
+             "| H | torch threads | load before | total s | step ms | head ms | head limited ms | encoder ms | "
+             "engine bwd ms | engine bwd after a torch op ms | same, limited ms | final loss |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["loop"]:
+        lines.append(f"| {r['hidden']} | {r['torch_threads']} | {r['load_before'][0]} | {r['total_s']:.2f} | "
+                     f"{r['step_ms']:.1f} | {r['head_ms']:.1f} | {r['head_limited_ms']:.1f} | {r['encoder_ms']:.1f} | "
+                     f"{r['engine_bw_ms']:.1f} | {r['engine_bw_after_op_ms']:.1f} | "
+                     f"{r['engine_bw_after_op_limited_ms']:.1f} | {r['final_loss']:.4f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def git_commit():
     """The repository's HEAD commit, when the script runs from a git checkout."""
     try:
@@ -318,7 +470,14 @@ def main(argv=None):
     ap.add_argument("--beyond", action="store_true", help="masks, samples, entropy, top-k (issue 24)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's own choice); the engine's are numba's")
+    ap.add_argument("--threads-loop", action="store_true", help="training loop at 1 and 2 torch threads")
+    ap.add_argument("--loop-steps", type=int, default=100, help="timed training steps per run (--threads-loop)")
+    ap.add_argument("--loop-reps", type=int, default=2, help="rounds of 1 and 2 threads per encoder (--threads-loop)")
+    ap.add_argument("--loop-worker", nargs=3, type=int, metavar=("HIDDEN", "THREADS", "STEPS"), help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
+    if opts.loop_worker:
+        loop_worker(*opts.loop_worker)
+        return
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
 
@@ -350,6 +509,15 @@ def main(argv=None):
         "configs": [],
     }
     print(f"numba kernels compiled or loaded in {load_s:.1f} s")
+    if opts.threads_loop:
+        res["loop_steps"] = opts.loop_steps
+        res["loop"] = run_threads_loop(opts)
+        res["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        out = Path(opts.out).with_name("cpu_threads_loop.json")
+        out.write_text(json.dumps(res, indent=2) + "\n")
+        out.with_suffix(".md").write_text(threads_loop_markdown(res))
+        print(f"wrote {out} and {out.with_suffix('.md')}")
+        return
     if opts.beyond:
         res["rows"] = run_beyond(opts)
         res["load_after"] = [round(x, 2) for x in os.getloadavg()]
