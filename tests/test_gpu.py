@@ -334,3 +334,38 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
     assert s.labels.is_cuda and s.labels.shape == (64, 3, 120)
     assert ((s.labels >= 0).sum(-1).cpu() == torch.tensor([120, 77, 5])).all()
     assert (s.log_prob <= 1e-9).all()
+
+
+def test_masks_on_the_blocked_engine_equal_the_float64_path():
+    """Partial labels on a ring too large for registers (512 x 64: the blocked engine reads the
+    segment limits): masked log Z, its gradients and the constrained Viterbi against the float64
+    PyTorch path on the CPU."""
+    from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi
+    from torch_semimarkov.streaming.kernels.plan import masked_plan
+
+    B, T, K, C = 2, 1500, 300, 40
+    assert masked_plan(B, T, K, C, blocked=True).kind == "mem"
+    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=13)
+    cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
+    lm = torch.ones(B, T, C, dtype=torch.bool)
+    lm[:, 100:400, :5] = False
+    lm[0, 700:760] = False
+    lm[0, 700:760, 7] = True
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 900] = 1
+    bm[1, 50:80] = -1
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+    out = []
+    for dev, dtype, backend in (("cuda", torch.float32, "auto"), ("cpu", torch.float64, "torch")):
+        inp = _cuda(cpu, dtype) if dev == "cuda" else cpu
+        leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
+        z = semi_crf_streaming_forward(**dict(inp, **leaves), label_mask=lm.to(dev), boundary_mask=bm.to(dev),
+                                       backend=backend)
+        z.sum().backward()
+        v = semi_crf_streaming_viterbi(**inp, label_mask=lm.to(dev), boundary_mask=bm.to(dev), backend=backend)
+        out.append((z.detach().cpu().double(), [leaves[k].grad.cpu().double() for k in names], v.scores.cpu().double()))
+    (za, ga, va), (zb, gb, vb) = out
+    assert_close(za, zb, rtol=1e-6, atol=1e-3)
+    assert_close(va, vb, rtol=1e-6, atol=1e-3)
+    for a, b in zip(ga, gb):
+        assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -146,7 +146,8 @@ def test_large_rings_plan_the_blocked_engine():
     assert p.kind == "mem" and not p.time_parallel
     p = plan_mod.make_plan(4, 100000, 64, 24)
     assert p.kind == "reg"
-    assert plan_mod.masked_plan(4, 100000, 960, 47) is None
+    assert plan_mod.masked_plan(4, 100000, 960, 47) is None  # entropy and top-k: the register ring
+    assert plan_mod.masked_plan(4, 100000, 960, 47, blocked=True).kind == "mem"
 
 
 @pytest.mark.parametrize("i", [0, 1])

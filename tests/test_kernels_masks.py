@@ -19,8 +19,14 @@ from torch_semimarkov.streaming.kernels import plan as plan_mod
 F64 = torch.float64
 
 
-@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
+@pytest.fixture(params=[3, 1000, "blocked"], ids=["chunks", "one-chunk", "blocked"])
 def engine(request, monkeypatch):
+    """The register-ring engine with chunks of 3 or one chunk, and the blocked engine (rings too
+    large for registers, forced here with small tiles and chunks of 3)."""
+    if request.param == "blocked":
+        monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+        monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+        return recording_engine(monkeypatch, 3, "_engine_masks")
     return recording_engine(monkeypatch, request.param, "_engine_masks")
 
 

@@ -467,16 +467,17 @@ def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, de
     return ms, me, forbidden
 
 
-def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: str = "may"):
+def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: str = "may", blocked: bool = True):
     """``(plan, (min_start, max_end, flags), proj_start)`` of a constrained call on the engine
-    (CUDA tensors, a (C, C) transition, a ring that fits in registers), or None (the PyTorch
-    path). The limits and flags come from one kernel (``kernels/limits.py``); forbidden starts
-    are one of the flags."""
+    (CUDA tensors, a (C, C) transition; a ring too large for registers runs the blocked engine
+    unless ``blocked=False``), or None (the PyTorch path). The limits and flags come from one
+    kernel (``kernels/limits.py``); forbidden starts are one of the flags."""
     if (lm is None and bm is None) or engine == "no" or not _engine_takes(inp):
         return None
     from .kernels.limits import engine_limits
     from .kernels.plan import masked_plan
-    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device)
+    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device,
+                       blocked=blocked)
     if plan is None:
         _refuse(engine, "these masks")
         return None
@@ -896,7 +897,7 @@ def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
     """``(plan, masks, proj_start)`` of an entropy with its gradient on the engine (the
     time-parallel register-ring plan), or None (the float64 path)."""
     if lm is not None or bm is not None:
-        return _engine_masks(inp, lm, bm, engine=engine)
+        return _engine_masks(inp, lm, bm, engine=engine, blocked=False)
     if engine == "no" or not _engine_takes(inp):
         return None
     from .kernels.plan import masked_plan

@@ -69,13 +69,15 @@ if HAS_TRITON:
         return v, fr
 
     @triton.jit
-    def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, C, K,
+    def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
                  oi, ob, orr, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
-                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr):
+                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
         """The old rows' part of the block's positions q0 + d·i (i = 1 .. nb), written to the
         scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
-        the segment sums relative to S_{q0}."""
+        the segment sums relative to S_{q0}. HAS_MASK: ``lim_b`` (T+1, C) int32 is the segment
+        limit per (position, label), the smallest allowed start (forward) or the largest allowed
+        end (beta) of a segment at that position."""
         ii = oi + 1
         vi = ii <= nb
         for cb in range(0, C, CB):
@@ -85,6 +87,15 @@ if HAS_TRITON:
             run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
             run_s = tl.zeros([BT, CB], dtype=tl.float32)
             run_k = tl.zeros([BT, CB], dtype=tl.int32)
+            if HAS_MASK:
+                if REVERSE:
+                    qi = q0 - ii
+                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                                   other=2147483647)
+                else:
+                    qi = q0 + ii
+                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                                   other=0)
             for r0 in range(0, K, RB):
                 rho = r0 + orr
                 if REVERSE:
@@ -104,6 +115,11 @@ if HAS_TRITON:
                 kk = ii[:, None] + rho[None, :]
                 vk = vi[:, None] & ok[None, :] & (kk <= K)
                 m3 = vk[:, :, None] & mcol[None, None, :]
+                if HAS_MASK:
+                    if REVERSE:
+                        m3 = m3 & (r[None, :, None] <= limb[:, None, :])
+                    else:
+                        m3 = m3 & (r[None, :, None] >= limb[:, None, :])
                 dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
                 x = v[None, :, :] + dv.to(tl.float32)
                 x = tl.where(m3, x, 2 * MASK)
@@ -125,8 +141,9 @@ if HAS_TRITON:
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
 
     @triton.jit
-    def _row_of(q, st, M, u0, ps_b, pe_b, C, oc, mc,
-                REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr):
+    def _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc,
+                REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                HAS_MASK: tl.constexpr):
         """The ring row of position q from its state value: forward ``U_q = LSE_{c'} alpha_q(c')
         + Tr[c', c] + ps_q`` (the phantom ``LSE_{c'} Tr`` at q = 0 in both semirings; with its
         argmax source label in the max semiring), beta ``Y_q = beta_q + pe_{q-1}``."""
@@ -146,14 +163,17 @@ if HAS_TRITON:
                 row = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
             if HAS_PS:
                 row += tl.load(ps_b + q * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                # no segment starts at a forbidden start (flag NO_START)
+                row += tl.where((tl.load(fl_b + q).to(tl.int32) & 4) != 0, MASK, 0.0)
         return tl.where(mc, row, MASK), bc
 
     @triton.jit
-    def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b,
+    def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                  sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr):
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr):
         """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
         ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
         chunk owns (``start`` and every position before ``stop``).
@@ -169,7 +189,7 @@ if HAS_TRITON:
         delta = tl.sum(tl.zeros([1], tl.float64), 0)
         # the first row: the state's own
         q = start
-        row, bc = _row_of(q, st, M, u0, ps_b, pe_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE)
+        row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
         if COMPARE:
             ref = tl.load(r_b + q * C + oc, mask=mc, other=MASK)
             f_ref = tl.load(f_b + q)
@@ -199,8 +219,8 @@ if HAS_TRITON:
             nb = tl.minimum(left, BT)
             # rows written by the previous block (other threads) and the scratch it read
             tl.debug_barrier()
-            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, C, K,
-                     oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX)
+            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
+                     oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK)
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -219,7 +239,14 @@ if HAS_TRITON:
                 kk = i - oi
                 vj = (oi >= 1) & (oi < i) & (kk <= K)
                 dn = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK)
-                xn = tl.where(vj[:, None] & mc[None, :], vn + dn.to(tl.float32), 2 * MASK)
+                mn = vj[:, None] & mc[None, :]
+                if HAS_MASK:
+                    lq = tl.load(lim_b + q * C + oc, mask=mc, other=0)
+                    if REVERSE:
+                        mn = mn & ((q0 - oi)[:, None] <= lq[None, :])
+                    else:
+                        mn = mn & ((q0 + oi)[:, None] >= lq[None, :])
+                xn = tl.where(mn, vn + dn.to(tl.float32), 2 * MASK)
                 pi = tl.max(tl.where(oi[:, None] == i - 1, P, -3e38), 0)
                 nm = tl.max(xn, 0)
                 if IS_MAX:
@@ -239,6 +266,8 @@ if HAS_TRITON:
                     v = z - (s_q - s_ref)
                     if HAS_PS:
                         v += tl.load(ps_b + q * C + oc, mask=mc, other=0.0).to(tl.float32)
+                    if HAS_MASK:
+                        v += tl.where((tl.load(fl_b + q).to(tl.int32) & 4) != 0, MASK, 0.0)
                     v = tl.where(mc & (v > -1e29), v, MASK)
                     x = M + v[None, :]
                     mx = tl.max(x, 1)
@@ -255,7 +284,7 @@ if HAS_TRITON:
                     tl.store(bk_b + q * C + oc, kbest, mask=mc)
                 steps += 1
                 if q != stop:
-                    row, bc = _row_of(q, st, M, u0, ps_b, pe_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE)
+                    row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
                     if REVERSE:
                         vrow = row + m + (s_q - s_ref)
                     else:
@@ -356,6 +385,9 @@ if HAS_TRITON:
         HAS_PE: tl.constexpr,
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
+        lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of kernels/limits.py (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
@@ -380,6 +412,11 @@ if HAS_TRITON:
         f_b = f_ptr + b_id * s_f_b
         bk_b = bk_ptr + b_id * s_w_b
         bc_b = bc_ptr + b_id * s_w_b
+        lim_b = lim_ptr
+        fl_b = fl_ptr
+        if HAS_MASK:
+            lim_b = lim_ptr + b_id * s_w_b
+            fl_b = fl_ptr + b_id * s_f_b
         row = b_id * NCH
         half = tl.num_programs(0).to(tl.int64) * NCH
         m2c = mc[:, None] & mc[None, :]
@@ -410,9 +447,9 @@ if HAS_TRITON:
                 st = tl.where(mc, 0.0, MASK)
                 F = tl.sum(tl.zeros([1], tl.float64), 0)
                 st, F, conv, delta, steps, q_last = _blk_run(
-                    start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b,
+                    start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                     sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, False,
-                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False)
+                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK)
                 e = row + j
                 _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
                               C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
@@ -470,9 +507,9 @@ if HAS_TRITON:
                     st = tl.load(in32 + K * C + oc, mask=mc, other=MASK)
                     F = tl.load(in64 + K)
                     st, F, conv, delta, steps, q_last = _blk_run(
-                        start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b,
+                        start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                         sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, True,
-                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True)
+                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK)
                     if conv != 0:
                         if REVERSE:
                             _fix_frames(f_b, q_last, start + 1, delta, 256)

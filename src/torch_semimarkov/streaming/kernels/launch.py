@@ -139,8 +139,8 @@ def _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring
 
 
 def _check_masked(plan: KernelPlan, masks):
-    if masks is not None and not (plan.time_parallel and plan.kind == "reg"):
-        raise ValueError("segment masks run on the time-parallel register-ring engine only (see masked_plan)")
+    if masks is not None and not (plan.time_parallel and plan.kind in ("reg", "mem")):
+        raise ValueError("segment masks run on the time-parallel register-ring or blocked engine only (see masked_plan)")
 
 
 def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="log", proj_start=None,

@@ -99,7 +99,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
 
     if plan.kind == "mem":
         return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                               plan, tol, reverse=False)
+                               plan, tol, reverse=False, masks=masks)
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
@@ -148,7 +148,7 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
 
     if plan.kind == "mem":
         x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
-                                             proj_end, plan, tol, reverse=True)
+                                             proj_end, plan, tol, reverse=True, masks=masks)
         return x_hat[0], g, stats
     B, T1, C = cum_scores.shape
     T = T1 - 1
@@ -182,11 +182,12 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
 
 
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                    plan: KernelPlan, tol: float, reverse: bool):
+                    plan: KernelPlan, tol: float, reverse: bool, masks=None):
     """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
     in the layouts of the register-ring chunk kernels: forward ``(saved (2, B, T+1, C), frames,
     bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
-    kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``."""
+    kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``.
+    ``masks``: ``(min_start, max_end, flags)`` of a constrained call (``kernels/limits.py``)."""
     from .blocked import _blk_chunks_kernel
 
     B, T1, C = cum_scores.shape
@@ -211,6 +212,9 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=float(tol),
     )
+    if masks is not None:
+        # the segment limits of kernels/limits.py: min_start for the forward, max_end for beta
+        args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -221,7 +225,8 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     bp = None
     if is_max:
         # bp[t, c] = k * 65536 + (argmax source label of U at t - k)
-        src_row = (torch.arange(T1, device=dev)[None, :, None] - bk.long()).clamp(min=0)
+        # (rows with no allowed segment carry an arbitrary k: clamped, never traced)
+        src_row = (torch.arange(T1, device=dev)[None, :, None] - bk.long()).clamp(0, T1 - 1)
         bp = bk * 65536 + torch.gather(bc, 1, src_row).to(torch.int32)
     return rows, forward_offsets(frames, delta, W), bp, stats
 

@@ -273,19 +273,22 @@ def make_plan(
     )
 
 
-def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device=None) -> Optional[KernelPlan]:
+def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device=None,
+                blocked: bool = False) -> Optional[KernelPlan]:
     """The plan of a constrained call (``label_mask`` / ``boundary_mask``): the time-parallel
     register-ring engine, whose kernels read the per-(position, label) segment limits, with a
-    single chunk when the sequences are too short to cut. None where that engine cannot run (a
-    ring too large for registers); the caller then takes another path."""
+    single chunk when the sequences are too short to cut. For a ring too large for registers:
+    the blocked engine (``blocked.py``, which reads the same limits in its forward, beta and
+    Viterbi) with ``blocked=True``, else None (the entropy and top-k kernels need the register
+    ring); the caller then takes another path."""
     import dataclasses
 
     try:
         p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
     except ValueError:
         return None
-    if p.kind != "reg" and p.time_parallel:
-        return None
+    if p.kind == "mem":
+        return p if blocked else None
     if p.time_parallel:
         return p
     warps = ring_warps(p.k_pad, p.c_pad)
