@@ -1,13 +1,13 @@
 """Gradients of the compiled CPU engine (numba) are bitwise identical for 1 and 2 engine threads:
 log Z (both transition shapes, boundary projections, float32 and float64), the masked log Z of
-partial labels and the entropy. Each sequence is computed start to end by one kernel call, so
+partial labels and the entropy; so are its k-best lists. Each sequence is computed start to end by one kernel call, so
 how the batch is split over threads must not change a bit."""
 
 import numba
 import pytest
 import torch
 
-from torch_semimarkov import semi_crf_streaming_entropy, semi_crf_streaming_forward
+from torch_semimarkov import semi_crf_streaming_entropy, semi_crf_streaming_forward, semi_crf_streaming_topk
 
 from test_numba_masks import F64, make_inputs, make_masks
 
@@ -23,9 +23,10 @@ def _grads(fn, kw, leaves, B):
     return (value.detach(),) + torch.autograd.grad((value * up).sum(), leaves)
 
 
-def _across_threads(fn, kw, leaves, monkeypatch):
-    """fn's value and gradients with 1, 2 and again 1 engine thread; asserts the 2-thread run went
-    through the thread pool. Restores numba's and torch's thread counts."""
+def _across_threads(fn, kw, leaves, monkeypatch, run=None):
+    """fn's value and gradients (or ``run()``'s tensors) with 1, 2 and again 1 engine thread;
+    asserts the 2-thread run went through the thread pool. Restores numba's and torch's thread
+    counts."""
     import torch_semimarkov.streaming.numba_engine as engine
 
     monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)  # small batches run on several threads too
@@ -42,7 +43,7 @@ def _across_threads(fn, kw, leaves, monkeypatch):
             numba.set_num_threads(threads)
             assert engine.num_threads() == threads
             pools.clear()
-            runs.append(_grads(fn, kw, leaves, B))
+            runs.append(run() if run is not None else _grads(fn, kw, leaves, B))
             assert bool(pools) == (threads > 1), pools
     finally:
         numba.set_num_threads(before)
@@ -90,3 +91,20 @@ def test_entropy_gradient_is_bitwise_identical_across_thread_counts(proj, masked
         lambda **a: semi_crf_streaming_entropy(**a, label_mask=lm, boundary_mask=bm, backend="numba"),
         kw, leaves, monkeypatch)
     _assert_bitwise_equal(runs)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["CC", "KCC"])
+def test_topk_is_bitwise_identical_across_thread_counts(direct, monkeypatch):
+    kw, leaves = make_inputs(36, T=40, K=6, C=4, direct=direct, proj=True)
+    B, T1, C = kw["cum_scores"].shape
+    lm, bm = make_masks(37, B, T1 - 1, C)
+
+    def run():
+        out = semi_crf_streaming_topk(**kw, k=6, label_mask=lm, boundary_mask=bm, backend="numba")
+        return out.scores, out.labels, out.segment_starts
+
+    runs = _across_threads(None, kw, leaves, monkeypatch, run=run)
+    assert torch.isfinite(runs[0][0][:, 0]).all()
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)

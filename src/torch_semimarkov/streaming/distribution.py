@@ -1457,11 +1457,12 @@ def semi_crf_streaming_topk(
         boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
             starts at t (partial annotations, known landmarks).
         backend: ``"auto"`` (default: the engine's kernels where they take the call, i.e. CUDA
-            tensors, Triton and a (C, C) transition, else the float64 PyTorch path),
-            ``"triton"`` (the kernels; ``ValueError`` where they cannot take it), ``"torch"`` (the
-            float64 PyTorch path, the reference) or ``"numba"`` (CPU tensors: the compiled engine
-            has no k-best lists yet, so the float64 PyTorch path runs; it runs masks, samples and
-            the entropy).
+            tensors, Triton and a (C, C) transition; on CPU tensors with numba installed the
+            compiled CPU engine, :mod:`.numba_kbest`, which runs this recurrence with the same
+            scores, labels and ties, masks and both transition shapes included; else the float64
+            PyTorch path), ``"triton"`` (the kernels; ``ValueError`` where they cannot take it),
+            ``"torch"`` (the float64 PyTorch path, the reference) or ``"numba"`` (CPU tensors: the
+            compiled CPU engine).
         use_triton: ``False`` keeps ``"auto"`` off the kernels.
         validate: check the input values (one device-to-host transfer).
 
@@ -1491,6 +1492,10 @@ def semi_crf_streaming_topk(
         _refuse(choice, "this k-best list")
     with torch.no_grad():
         model = _Model(inp, lm, bm)
+        eng = _cpu_engine(inp, backend) and numba_module("kbest")
+        if eng:  # CPU tensors: this recurrence, compiled (numba_kbest.py), the same results
+            scores, labels, starts = eng.topk_numba(model, k)
+            return TopKResult(scores.to(inp.cum_scores.dtype), labels, starts, model.lengths)
         B, C, Kd, T = model.B, model.C, model.K, model.T
         dev = model.device
         P = T + 1 + 2 * Kd

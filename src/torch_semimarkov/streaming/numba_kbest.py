@@ -1,0 +1,303 @@
+"""k-best segmentations on the compiled CPU engine (numba): the PyTorch path's k-best Viterbi, compiled.
+
+:func:`topk_numba` runs, per sequence, exactly the recurrence of the float64 PyTorch path of
+:func:`~torch_semimarkov.semi_crf_streaming_topk` on the same padded float64 model
+(:class:`.distribution._Model`: segment scores summed in the same order, masks as the same
+smallest starts, the first segment's phantom predecessor C): each (position, label) keeps its k
+best prefixes. Of the K·(C+1) (duration, predecessor label) pairs, the k with the best first
+entries (ties toward the smaller pair) give the k·k candidates, of which the k best are kept (ties
+toward the smaller (pair, rank) index); at the end the k best over (label, rank) (ties toward the
+smaller index), traced back through the backpointers. So scores, labels and ties equal the
+PyTorch path's, bit for bit. For a (C, C) transition, durations whose bound cannot reach the
+current k-th candidate are skipped (:func:`_kbest_seq_factored`). Sequences run in parallel (:func:`.numba_engine._run_batch`); each
+is computed start to end by one call, so results do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+
+from .numba_common import KERNEL
+from .numba_engine import _run_batch
+
+
+@njit(**KERNEL)
+def _better(va, ia, vb, ib):
+    """(va, ia) ranks before (vb, ib): larger value, then smaller index."""
+    return va > vb or (va == vb and ia < ib)
+
+
+@njit(**KERNEL)
+def _kbest_seq(S, ps, pe, D, TrK, sa, ea, min_start, has_min, L, k, V, bp, seg, e, heads, pairs, cv, ci, sl):
+    """The k-best forward of one sequence (padded index p + K): the k best prefix scores of each
+    (position, label) in V, a ring (K+1, C+1, k) indexed by p % (K+1) (column C: the phantom start
+    at position 0), their backpointers in bp (P, C, k) up to position L."""
+    K, C = D.shape
+    C1 = C + 1
+    n_pairs = K * C1
+    kp = min(k, n_pairs)
+    R = V.shape[0]  # a ring of K + 1 positions: p is read only by p + 1 .. p + K
+    V[:] = -np.inf
+    V[K % R, C, 0] = 0.0
+    for t in range(1, L + 1):
+        i = t + K
+        wi = i % R
+        V[wi, C, :] = -np.inf  # the slot's old position may have been 0 (the phantom start)
+        for kk in range(K):  # the ring slot of position t - kk - 1 (no division in the loop)
+            x = wi - (kk + 1)
+            sl[kk] = x if x >= 0 else x + R
+        for kk in range(K):
+            s = i - (kk + 1)
+            for c in range(C):
+                x = S[i, c] - S[s, c] + D[kk, c] + ps[s, c] + pe[i, c]
+                x = x + sa[s] + ea[i]
+                if has_min and t - (kk + 1) < min_start[i, c]:
+                    x = -np.inf
+                seg[kk, c] = x
+        for c in range(C):
+            # edges and heads of every pair (duration kk+1, predecessor cp), pair = kk*(C+1) + cp
+            for kk in range(K):
+                s = i - (kk + 1)
+                for cp in range(C1):
+                    j = kk * C1 + cp
+                    e[j] = seg[kk, c] + TrK[kk, cp, c]
+                    heads[j] = V[sl[kk], cp, 0] + e[j]
+            # the kp best pairs by head (ties: the smaller pair), then in ascending pair order
+            n = 0
+            for j in range(n_pairs):
+                if n == kp and not _better(heads[j], j, heads[pairs[n - 1]], pairs[n - 1]):
+                    continue
+                m = n if n < kp else kp - 1
+                while m > 0 and _better(heads[j], j, heads[pairs[m - 1]], pairs[m - 1]):
+                    pairs[m] = pairs[m - 1]
+                    m -= 1
+                pairs[m] = j
+                if n < kp:
+                    n += 1
+            pairs[:kp].sort()
+            # the k best of their kp·k candidates (ties: the smaller (pair, rank) flat index)
+            n = 0
+            for jj in range(kp):
+                j = pairs[jj]
+                kk = j // C1
+                cp = j - kk * C1
+                s = i - (kk + 1)
+                for r in range(k):
+                    v = V[sl[kk], cp, r] + e[j]
+                    f = j * k + r
+                    if n == k and not _better(v, f, cv[n - 1], ci[n - 1]):
+                        continue
+                    m = n if n < k else k - 1
+                    while m > 0 and _better(v, f, cv[m - 1], ci[m - 1]):
+                        cv[m] = cv[m - 1]
+                        ci[m] = ci[m - 1]
+                        m -= 1
+                    cv[m] = v
+                    ci[m] = f
+                    if n < k:
+                        n += 1
+            for r in range(k):
+                V[wi, c, r] = cv[r]
+                bp[i, c, r] = ci[r]
+
+
+@njit(**KERNEL)
+def _insert(v, f, n, k, cv, ci):
+    """Insert candidate (v, f) into the sorted list cv / ci of its n <= k best entries (when n == k,
+    the caller has checked that it beats the k-th, which drops out); returns the new n."""
+    m = n if n < k else k - 1
+    while m > 0 and _better(v, f, cv[m - 1], ci[m - 1]):
+        cv[m] = cv[m - 1]
+        ci[m] = ci[m - 1]
+        m -= 1
+    cv[m] = v
+    ci[m] = f
+    return n + 1 if n < k else n
+
+
+@njit(**KERNEL)
+def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L, k, V, bp, seg, M, Vabs, bnd, cv,
+                        ci, sl, bestv, besti):
+    """:func:`_kbest_seq` for a (C, C) transition (every row of TrK the same), pruned: a start
+    position s bounds every candidate of duration t - s by ``M[s, c] + seg`` with
+    ``M[s, c] = max_c' V[s, c', 0] + Tr[c', c]``, so a duration whose bound plus a margin is below
+    the current k-th candidate is skipped. The margin, 1e-9 times the magnitudes involved
+    (``Vabs[s]`` = the largest finite ``|V[s, c', 0]|``, ``tr_abs`` the largest finite ``|Tr|``, the
+    segment score), is far above the rounding by which the bound's order of additions can differ
+    from the candidate's (a few 1e-16 of the same magnitudes; a later rank of a pair is never
+    above its first). The candidates kept, their values (added as on the PyTorch path) and their
+    order are the PyTorch path's."""
+    K, C = D.shape
+    C1 = C + 1
+    R = V.shape[0]  # rings of K + 1 positions: p is read only by p + 1 .. p + K
+    V[:] = -np.inf
+    M[:] = -np.inf
+    Vabs[:] = 0.0
+    V[K % R, C, 0] = 0.0
+    for c in range(C):
+        M[K % R, c] = TrK[0, C, c]
+    for t in range(1, L + 1):
+        i = t + K
+        wi = i % R
+        V[wi, C, :] = -np.inf  # the slot's old position may have been 0 (the phantom start)
+        for kk in range(K):  # the ring slot of position t - kk - 1 (no division in the loop)
+            x = wi - (kk + 1)
+            sl[kk] = x if x >= 0 else x + R
+        for kk in range(K):
+            s = i - (kk + 1)
+            w = sl[kk]
+            for c in range(C):  # branch-free, so that it vectorises
+                x = S[i, c] - S[s, c] + D[kk, c] + ps[s, c] + pe[i, c]
+                seg[kk, c] = x + sa[s] + ea[i]
+            if has_min:
+                for c in range(C):
+                    if t - (kk + 1) < min_start[i, c]:
+                        seg[kk, c] = -np.inf
+            for c in range(C):
+                x = M[w, c] + seg[kk, c]
+                bnd[kk, c] = x
+                if kk == 0 or x > bestv[c]:  # the first largest bound of each label
+                    bestv[c] = x
+                    besti[c] = kk
+        for c in range(C):
+            best = besti[c]
+            cv[:] = -np.inf
+            ci[:] = 0
+            n = 0
+            for q in range(K + 1):
+                if q == 0:
+                    kk = best
+                else:
+                    kk = q - 1
+                    if kk == best:
+                        continue
+                b = bnd[kk, c]
+                if b == -np.inf:
+                    continue
+                s = i - (kk + 1)
+                if n == k and b + 1e-9 * (Vabs[sl[kk]] + abs(seg[kk, c]) + tr_abs + 1.0) < cv[k - 1]:
+                    continue
+                for cp in range(C1):
+                    ep = seg[kk, c] + TrK[kk, cp, c]
+                    j = kk * C1 + cp
+                    for r in range(k):
+                        v = V[sl[kk], cp, r] + ep
+                        if v == -np.inf:
+                            break
+                        f = j * k + r
+                        if n == k and not _better(v, f, cv[k - 1], ci[k - 1]):
+                            break  # the later ranks of this pair are no better
+                        n = _insert(v, f, n, k, cv, ci)
+            for r in range(k):
+                V[wi, c, r] = cv[r]
+                bp[i, c, r] = ci[r]
+        w = wi
+        Vabs[w] = 0.0
+        for c in range(C):
+            m = -np.inf
+            for cp in range(C1):
+                m = max(m, V[w, cp, 0] + TrK[0, cp, c])
+            M[w, c] = m
+            if np.isfinite(V[w, c, 0]):
+                Vabs[w] = max(Vabs[w], abs(V[w, c, 0]))
+
+
+@njit(**KERNEL)
+def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, lengths, k, scores, labels, starts,
+               lo, hi):
+    """Sequences [lo, hi): the k best scores (B, k), labels (B, k, T) and starts (B, k, T)."""
+    K, C = D.shape
+    C1 = C + 1
+    P = S.shape[1]
+    T = labels.shape[2]
+    V = np.empty((K + 1, C1, k))
+    bp = np.zeros((P, C, k), dtype=np.int32)
+    seg = np.empty((K, C))
+    e = np.empty(K * C1)
+    heads = np.empty(K * C1)
+    pairs = np.zeros(min(k, K * C1), dtype=np.int64)
+    cv = np.empty(k)
+    ci = np.zeros(k, dtype=np.int64)
+    sl = np.empty(K, dtype=np.int64)
+    M = np.empty((K + 1, C))
+    Vabs = np.empty(K + 1)
+    bnd = np.empty((K, C))
+    bestv = np.empty(C)
+    besti = np.zeros(C, dtype=np.int64)
+    fv = np.empty(k)
+    fi = np.zeros(k, dtype=np.int64)
+    lab_at = np.empty(T + 1, dtype=np.int64)
+    for b in range(lo, hi):
+        L = lengths[b]
+        ms = min_start[b if has_min else 0]
+        if factored:
+            _kbest_seq_factored(S[b], ps[b], pe[b], D, TrK, tr_abs, sa[b], ea[b], ms, has_min, L, k, V, bp, seg, M,
+                                Vabs, bnd, cv, ci, sl, bestv, besti)
+        else:
+            _kbest_seq(S[b], ps[b], pe[b], D, TrK, sa[b], ea[b], ms, has_min, L, k, V, bp, seg, e, heads, pairs,
+                       cv, ci, sl)
+        # the k best final (label, rank), flat index c·k + r (ties: the smaller index)
+        n = 0
+        for c in range(C):
+            for r in range(k):
+                v = V[(L + K) % (K + 1), c, r]
+                f = c * k + r
+                if n == k and not _better(v, f, fv[n - 1], fi[n - 1]):
+                    continue
+                m = n if n < k else k - 1
+                while m > 0 and _better(v, f, fv[m - 1], fi[m - 1]):
+                    fv[m] = fv[m - 1]
+                    fi[m] = fi[m - 1]
+                    m -= 1
+                fv[m] = v
+                fi[m] = f
+                if n < k:
+                    n += 1
+        for q in range(k):
+            scores[b, q] = fv[q]
+            if not np.isfinite(fv[q]):
+                continue
+            t = L
+            c = fi[q] // k
+            rank = fi[q] - c * k
+            lab_at[:] = -1
+            while t > 0:
+                flat = bp[t + K, c, rank]
+                dur = flat // (C1 * k) + 1
+                rem = flat - (dur - 1) * (C1 * k)
+                rank = rem % k
+                s = t - dur
+                starts[b, q, s] = True
+                lab_at[s] = c
+                t = s
+                c = rem // k
+            cur = -1
+            for p in range(L):
+                if lab_at[p] >= 0:
+                    cur = lab_at[p]
+                labels[b, q, p] = cur
+
+
+def topk_numba(model, k: int):
+    """``(scores (B, k) float64, labels (B, k, T) int64, starts (B, k, T) bool)`` of the k best
+    segmentations of a :class:`.distribution._Model` (CPU tensors): -inf, -1 and False for ranks
+    that do not exist."""
+    f = lambda t: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float64)  # noqa: E731
+    B, T, C, K = model.B, model.T, model.C, model.K
+    has_min = model.min_start is not None
+    min_start = (np.ascontiguousarray(model.min_start.cpu().numpy(), dtype=np.int64) if has_min
+                 else np.zeros((1, 1, 1), dtype=np.int64))
+    lengths = np.ascontiguousarray(model.lengths.cpu().numpy(), dtype=np.int64)
+    scores = np.full((B, k), -np.inf)
+    labels = np.full((B, k, T), -1, dtype=np.int64)
+    starts = np.zeros((B, k, T), dtype=np.bool_)
+    TrK = f(model.TrK)
+    finite = np.abs(TrK[np.isfinite(TrK)])
+    tr_abs = float(finite.max()) if finite.size else 0.0
+    work = float(lengths.max()) * K * (C + 1) * C * max(1, min(k, K * (C + 1)))
+    _run_batch(topk_batch, B, work, f(model.S), f(model.ps), f(model.pe), f(model.D), TrK, tr_abs, not model.direct,
+               f(model.start_add),
+               f(model.end_add), min_start, has_min, lengths, k, scores, labels, starts)
+    return torch.from_numpy(scores), torch.from_numpy(labels), torch.from_numpy(starts)
