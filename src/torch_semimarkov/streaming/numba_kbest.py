@@ -122,13 +122,13 @@ def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L
                         ci, sl, bestv, besti):
     """:func:`_kbest_seq` for a (C, C) transition (every row of TrK the same), pruned: a start
     position s bounds every candidate of duration t - s by ``M[s, c] + seg`` with
-    ``M[s, c] = max_c' V[s, c', 0] + Tr[c', c]``, so a duration whose bound plus a margin is below
-    the current k-th candidate is skipped. The margin, 1e-9 times the magnitudes involved
-    (``Vabs[s]`` = the largest finite ``|V[s, c', 0]|``, ``tr_abs`` the largest finite ``|Tr|``, the
-    segment score), is far above the rounding by which the bound's order of additions can differ
-    from the candidate's (a few 1e-16 of the same magnitudes; a later rank of a pair is never
-    above its first). The candidates kept, their values (added as on the PyTorch path) and their
-    order are the PyTorch path's."""
+    ``M[s, c] = max_c' V[s, c', 0] + Tr[c', c]``, so a duration whose bound is below the current
+    k-th candidate by more than a margin is skipped. The margin, 1e-9 times the magnitudes of the
+    position (``Vabs[s]`` = the largest finite ``|V[s, c', 0]|`` over its starts, ``tr_abs`` the
+    largest finite ``|Tr|``, the largest finite segment score), is far above the rounding by which
+    the bound's order of additions can differ from the candidate's (a few 1e-16 of the same
+    magnitudes; a later rank of a pair is never above its first). The candidates kept, their
+    values (added as on the PyTorch path) and their order are the PyTorch path's."""
     K, C = D.shape
     C1 = C + 1
     R = V.shape[0]  # rings of K + 1 positions: p is read only by p + 1 .. p + K
@@ -145,9 +145,12 @@ def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L
         for kk in range(K):  # the ring slot of position t - kk - 1 (no division in the loop)
             x = wi - (kk + 1)
             sl[kk] = x if x >= 0 else x + R
+        vmax = 0.0  # the largest magnitudes of this position's prefixes and segments (for the margin)
+        smax = 0.0
         for kk in range(K):
             s = i - (kk + 1)
             w = sl[kk]
+            vmax = max(vmax, Vabs[w])
             for c in range(C):  # branch-free, so that it vectorises
                 x = S[i, c] - S[s, c] + D[kk, c] + ps[s, c] + pe[i, c]
                 seg[kk, c] = x + sa[s] + ea[i]
@@ -157,10 +160,15 @@ def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L
                         seg[kk, c] = -np.inf
             for c in range(C):
                 x = M[w, c] + seg[kk, c]
-                bnd[kk, c] = x
+                bnd[c, kk] = x
                 if kk == 0 or x > bestv[c]:  # the first largest bound of each label
                     bestv[c] = x
                     besti[c] = kk
+                a = abs(seg[kk, c])
+                smax = max(smax, a if a < np.inf else 0.0)
+        # a bound below the k-th candidate by more than this cannot reach it: the two orders of
+        # addition differ by a few 1e-16 of these magnitudes
+        margin = 1e-9 * (vmax + smax + tr_abs + 1.0)
         for c in range(C):
             best = besti[c]
             cv[:] = -np.inf
@@ -173,17 +181,18 @@ def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L
                     kk = q - 1
                     if kk == best:
                         continue
-                b = bnd[kk, c]
-                if b == -np.inf:
+                b = bnd[c, kk]
+                if n == k:
+                    if b < cv[k - 1] - margin:
+                        continue
+                elif b == -np.inf:
                     continue
-                s = i - (kk + 1)
-                if n == k and b + 1e-9 * (Vabs[sl[kk]] + abs(seg[kk, c]) + tr_abs + 1.0) < cv[k - 1]:
-                    continue
+                s = sl[kk]
                 for cp in range(C1):
                     ep = seg[kk, c] + TrK[kk, cp, c]
                     j = kk * C1 + cp
                     for r in range(k):
-                        v = V[sl[kk], cp, r] + ep
+                        v = V[s, cp, r] + ep
                         if v == -np.inf:
                             break
                         f = j * k + r
@@ -223,7 +232,7 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
     sl = np.empty(K, dtype=np.int64)
     M = np.empty((K + 1, C))
     Vabs = np.empty(K + 1)
-    bnd = np.empty((K, C))
+    bnd = np.empty((C, K))
     bestv = np.empty(C)
     besti = np.zeros(C, dtype=np.int64)
     fv = np.empty(k)
