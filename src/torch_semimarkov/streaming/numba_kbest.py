@@ -118,6 +118,25 @@ def _insert(v, f, n, k, cv, ci):
 
 
 @njit(**KERNEL)
+def _take_duration(kk, c, n, k, seg, TrK, V, sl, cv, ci):
+    """Insert the candidates of duration kk + 1 into label c's list of its n best; returns the new n."""
+    C1 = TrK.shape[1]
+    s = sl[kk]
+    for cp in range(C1):
+        ep = seg[kk, c] + TrK[kk, cp, c]
+        j = kk * C1 + cp
+        for r in range(k):
+            v = V[s, cp, r] + ep
+            if v == -np.inf:
+                break
+            f = j * k + r
+            if n == k and not _better(v, f, cv[k - 1], ci[k - 1]):
+                break  # the later ranks of this pair are no better
+            n = _insert(v, f, n, k, cv, ci)
+    return n
+
+
+@njit(**KERNEL)
 def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L, k, V, bp, seg, M, Vabs, bnd, cv,
                         ci, sl, bestv, besti):
     """:func:`_kbest_seq` for a (C, C) transition (every row of TrK the same), pruned: a start
@@ -174,31 +193,14 @@ def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L
             cv[:] = -np.inf
             ci[:] = 0
             n = 0
-            for q in range(K + 1):
-                if q == 0:
-                    kk = best
-                else:
-                    kk = q - 1
-                    if kk == best:
-                        continue
+            n = _take_duration(best, c, 0, k, seg, TrK, V, sl, cv, ci)
+            lim = cv[k - 1] - margin if n == k else -np.inf
+            for kk in range(K):  # the other durations: one comparison each, rarely passed
                 b = bnd[c, kk]
-                if n == k:
-                    if b < cv[k - 1] - margin:
-                        continue
-                elif b == -np.inf:
-                    continue
-                s = sl[kk]
-                for cp in range(C1):
-                    ep = seg[kk, c] + TrK[kk, cp, c]
-                    j = kk * C1 + cp
-                    for r in range(k):
-                        v = V[s, cp, r] + ep
-                        if v == -np.inf:
-                            break
-                        f = j * k + r
-                        if n == k and not _better(v, f, cv[k - 1], ci[k - 1]):
-                            break  # the later ranks of this pair are no better
-                        n = _insert(v, f, n, k, cv, ci)
+                if b >= lim and b > -np.inf and kk != best:
+                    n = _take_duration(kk, c, n, k, seg, TrK, V, sl, cv, ci)
+                    if n == k:
+                        lim = cv[k - 1] - margin
             for r in range(k):
                 V[wi, c, r] = cv[r]
                 bp[i, c, r] = ci[r]
