@@ -7,6 +7,8 @@
 ``forward.py``     forward recurrences (log and max): sequential and time-parallel (chunked)
 ``recompute.py``   every position's forward state from the sequential forward's checkpoints
 ``beta.py``        backward (beta) recurrences: sequential and time-parallel
+``blocked.py``     forward and beta of rings too large for registers (genomics shapes): one
+                   kernel, blocked in time, parallel over time
 ``marginals.py``   every marginal and parameter gradient, parallel over positions
 ``traceback.py``   Viterbi traceback: sequential and time-parallel
 ``parallel.py``    host side of the time-parallel engine (the three phases, chunk offsets)
