@@ -100,3 +100,52 @@ def test_cross_entropy_is_infinite_where_q_forbids_what_p_allows():
     assert_close(ce[torch.isfinite(ref)], ref[torch.isfinite(ref)], what="finite rows")
     g = torch.autograd.grad(ce[torch.isfinite(ce)].sum(), lp[0])[0]
     assert torch.isfinite(g).all()
+
+
+def test_auto_takes_the_compiled_engine_on_cpu_tensors(monkeypatch):
+    """backend='auto' on CPU tensors with a (C, C) transition runs numba_entropy (entropy and the
+    cross-entropy), with the results of backend='numba' bit for bit."""
+    from torch_semimarkov.streaming import numba_entropy
+    calls = []
+    real = numba_entropy.expected_score_numba
+    monkeypatch.setattr(numba_entropy, "expected_score_numba", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kw, leaves = make_inputs(121, T=17, K=4, proj=True)
+    kw_q, _ = make_inputs(122, T=17, K=4, proj=True)
+    out = {}
+    for backend in ("auto", "numba"):
+        H = semi_crf_streaming_entropy(**kw, backend=backend)
+        ce = SemiMarkovCRF(**kw, backend=backend).cross_entropy(SemiMarkovCRF(**kw_q, backend=backend))
+        out[backend] = (H, ce, torch.autograd.grad(H.sum() + ce.sum(), leaves))
+    assert len(calls) == 4
+    assert torch.equal(out["auto"][0], out["numba"][0]) and torch.equal(out["auto"][1], out["numba"][1])
+    for a, b in zip(out["auto"][2], out["numba"][2]):
+        assert torch.equal(a, b)
+
+
+def test_large_cumulative_scores_cost_no_precision():
+    """A constant added to every label's score at a position (1e4 per position: prefixes of 3e6)
+    changes no probability: the compiled entropy, the cross-entropy and their gradients stay put
+    to 1e-8 (as they were, relative to a per-position reference, the messages would round numbers
+    of size 3e6 at every step: 3e-6 on the transition gradient)."""
+    kw, leaves = make_inputs(123, B=2, T=300, K=6, C=3, proj=True)
+    kw_q, leaves_q = make_inputs(124, B=2, T=300, K=6, C=3, proj=True)
+    shift = 1e4 * torch.arange(301, dtype=F64)[None, :, None]
+
+    def run(cum_p, cum_q):
+        p_kw, q_kw = dict(kw, cum_scores=cum_p), dict(kw_q, cum_scores=cum_q)
+        H = semi_crf_streaming_entropy(**p_kw, backend="numba")
+        ce = SemiMarkovCRF(**p_kw, backend="numba").cross_entropy(SemiMarkovCRF(**q_kw, backend="numba"))
+        g_h = torch.autograd.grad(H.sum(), [cum_p] + leaves[1:])
+        return H, ce, g_h, torch.autograd.grad(ce.sum(), [cum_p, cum_q] + leaves[1:] + leaves_q[1:])
+
+    base = run(leaves[0], leaves_q[0])
+    big = run((leaves[0].detach() + shift).requires_grad_(), (leaves_q[0].detach() - 0.7 * shift).requires_grad_())
+    assert (base[0] > 0).all() and torch.isfinite(base[1]).all()
+    torch.testing.assert_close(big[0], base[0], atol=1e-8, rtol=0)
+    torch.testing.assert_close(big[1], base[1], atol=1e-8, rtol=0)
+    # the shifted inputs themselves are rounded at 5e-10 (the size of 3e6's last bit): marginals
+    # summed over 300 positions (q's transition gradient, up to 360) move by that relative amount
+    for a, b in zip(big[2], base[2]):
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=0)
+    for a, b in zip(big[3], base[3]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

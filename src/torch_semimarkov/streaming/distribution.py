@@ -954,10 +954,10 @@ def semi_crf_streaming_entropy(
     pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
-    Paths: with ``backend="numba"``, CPU tensors with a (C, C) transition take the compiled CPU
-    engine (float64, :mod:`.numba_entropy`, the same recurrences compiled, 100x+ faster; at scores
-    of size 1e6 its transition and duration gradients keep about 1e-8 of their size, the PyTorch
-    path's about 1e-9, so ``"auto"`` keeps the PyTorch path on the CPU for now). CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
+    Paths: CPU tensors with a (C, C) transition take the compiled CPU engine (``backend="auto"``
+    or ``"numba"``; float64, :mod:`.numba_entropy`, the same recurrences compiled, 100x+ faster,
+    with the scores taken relative to a per-position reference so that cumulative scores of 1e6
+    cost no precision). CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
     gradient (or under ``torch.no_grad()``: uncertainty for active learning, monitoring) one
     forward + backward, ``E[score]`` from its marginals (about the accuracy of the engine's
     log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
@@ -982,10 +982,6 @@ def semi_crf_streaming_entropy(
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                      label_mask, boundary_mask, validate, backend, use_triton)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
-    # only when asked for: at scores of 1e6 its transition / duration gradients keep about 1e-8 of
-    # their size, the PyTorch path's about 1e-9 (benchmarks/CPU_NOTES.md)
-    if backend == "numba" and _cpu_engine(inp, backend) is not None and not inp.duration_transitions:
-        return _NumbaEntropy.apply(*tensors, inp, _cpu_limits(inp, lm, bm))
     if choice == "no":
         pass
     elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
@@ -997,6 +993,9 @@ def semi_crf_streaming_entropy(
         if engine is not None:
             return _EngineEntropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
                                         inp.proj_end, inp, engine)
+    # the engine's kernels did not take it (CPU tensors): the compiled CPU engine where it runs
+    if _cpu_engine(inp, backend) is not None and not inp.duration_transitions:
+        return _NumbaEntropy.apply(*tensors, inp, _cpu_limits(inp, lm, bm))
     return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
 
 
@@ -1073,9 +1072,10 @@ def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInp
     """(B,) ``-E_p[score_q]``, differentiable with respect to both models' float inputs (validated
     inputs with the same positions, K, C and transition shape; masks as ``(label_mask,
     boundary_mask)`` pairs). ``0`` where p allows no segmentation, ``+inf`` where p gives
-    probability to a segmentation that q forbids. With ``backend="numba"`` (CPU tensors, (C, C)
-    transitions, q without masks) the compiled CPU engine runs it, as it does the entropy."""
-    if (backend == "numba" and _cpu_engine(inp_p, backend) is not None and not inp_p.duration_transitions
+    probability to a segmentation that q forbids. On CPU tensors (``backend="auto"`` or
+    ``"numba"``, (C, C) transitions, q without masks) the compiled CPU engine runs it, as it does
+    the entropy."""
+    if (_cpu_engine(inp_p, backend) is not None and not inp_p.duration_transitions
             and all(m is None for m in masks_q)):
         return _NumbaNegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias,
                                             inp_p.proj_start, inp_p.proj_end, inp_q.cum_scores, inp_q.transition,
