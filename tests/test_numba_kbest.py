@@ -118,3 +118,35 @@ def test_the_head_topk_runs_compiled_on_cpu(numba_calls):
     ref = SemiMarkovCRFHead(num_classes=3, max_duration=6, hidden_dim=8, backend="torch")
     ref.load_state_dict(head.state_dict())
     _assert_same(got, ref.topk(h, lengths, 4))
+
+
+@pytest.mark.parametrize("proj", [False, True], ids=["plain", "proj"])
+def test_long_sequences_bitwise_with_pruning(proj, numba_calls):
+    """(C, C) transition, T = 400, K = 16: the pruned kernel (segment scores from reversed rows,
+    S and D alone when there are no projections and every sequence is full) equals the PyTorch
+    path bit for bit, with large cumulative scores (a drift of 50 per position)."""
+    from torch_semimarkov.streaming.distribution import _Model, _validated
+
+    g = torch.Generator().manual_seed(47)
+    B, T, K, C = 2, 400, 16, 4
+    cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) + 50.0).cumsum(1), (0, 0, 1, 0))
+    kw = dict(cum_scores=cum, transition=torch.randn(C, C, generator=g, dtype=F64),
+              duration_bias=torch.randn(K, C, generator=g, dtype=F64), lengths=torch.full((B,), T), K=K)
+    if proj:
+        kw.update(proj_start=torch.randn(B, T, C, generator=g, dtype=F64),
+                  proj_end=torch.randn(B, T, C, generator=g, dtype=F64), lengths=torch.tensor([T, T - 37]))
+    inp = _validated(**{n: kw.get(n) for n in ("cum_scores", "transition", "duration_bias", "lengths", "K",
+                                                "proj_start", "proj_end")},
+                     label_mask=None, boundary_mask=None, validate=True, backend="numba", use_triton=True)[0]
+    m = _Model(inp)
+    # the plain branch runs when nothing but S and D enters a segment of the sequence (the start
+    # additions are -inf before it)
+    inside = m.start_add[:, K:K + T].eq(0).all() and m.end_add[:, K + 1:K + T + 1].eq(0).all()
+    plain = bool(m.ps.eq(0).all() and m.pe.eq(0).all() and inside and m.start_add[:, :K].eq(-torch.inf).all())
+    assert plain == (not proj)
+    for k in (1, 5):
+        got = semi_crf_streaming_topk(**kw, k=k, backend="numba")
+        want = semi_crf_streaming_topk(**kw, k=k, backend="torch")
+        _assert_same(got, want)
+        assert torch.isfinite(want.scores).all()
+    assert len(numba_calls) == 2

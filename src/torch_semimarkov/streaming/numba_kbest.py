@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from .numba_common import KERNEL
+from .numba_common import KERNEL, REDUCE, fmax
 from .numba_engine import _run_batch
 
 
@@ -118,12 +118,13 @@ def _insert(v, f, n, k, cv, ci):
 
 
 @njit(**KERNEL)
-def _take_duration(kk, c, n, k, seg, TrK, V, sl, cv, ci):
-    """Insert the candidates of duration kk + 1 into label c's list of its n best; returns the new n."""
+def _take_segment(kk, c, x, n, k, TrK, V, sl, cv, ci):
+    """Insert the candidates of duration kk + 1 (segment score x) into label c's list of its n
+    best; returns the new n."""
     C1 = TrK.shape[1]
     s = sl[kk]
     for cp in range(C1):
-        ep = seg[kk, c] + TrK[kk, cp, c]
+        ep = x + TrK[kk, cp, c]
         j = kk * C1 + cp
         for r in range(k):
             v = V[s, cp, r] + ep
@@ -137,82 +138,186 @@ def _take_duration(kk, c, n, k, seg, TrK, V, sl, cv, ci):
 
 
 @njit(**KERNEL)
-def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L, k, V, bp, seg, M, Vabs, bnd, cv,
-                        ci, sl, bestv, besti):
+def _segment_rows(SRf, psRf, saR, DTf, Mf, P, q0, K, C, S_end, pe_end, ea_end, first, has_min, min_s, segf, bndf,
+                  plain):
+    """Every label's segment scores of durations 1..K ending at one position, and their bounds, into
+    segf / bndf (C·K, label-major): reversed-time rows (index q0 + kk of a label's row is the start
+    of duration kk + 1), added in the PyTorch path's order; starts before ``min_s[c]`` are -inf
+    (``first`` is the start of duration 1). Offsets are unsigned, so that numba checks no negative
+    index and the loop vectorises. ``plain``: the projections and the start / end additions are
+    all zero, and adding those zeros one after the other gives what adding one zero does (-0.0
+    becomes 0.0, nothing else changes)."""
+    uK = np.uint64(K)
+    for c in range(C):
+        row = np.uint64(c * P + q0)
+        out = np.uint64(c * K)
+        se = S_end[c]
+        pe_c = pe_end[c]
+        ms = min_s[c]
+        for kk in range(uK):
+            q = row + kk
+            d = out + kk
+            if plain:
+                x = (se - SRf[q] + DTf[d]) + 0.0
+                x = x if first - np.int64(kk) >= 0 else -np.inf  # a start before the sequence's
+            else:
+                x = se - SRf[q] + DTf[d] + psRf[q] + pe_c
+                x = x + saR[np.uint64(q0) + kk] + ea_end
+            if has_min:
+                x = x if first - np.int64(kk) >= ms else -np.inf
+            segf[d] = x
+            bndf[d] = Mf[q] + x
+
+
+@njit(**REDUCE)
+def _row_max(x, n):
+    """max of x[:n] (exact in any order)."""
+    m = -np.inf
+    for j in range(n):
+        m = fmax(m, x[j])
+    return m
+
+
+@njit(**REDUCE)
+def _row_absmax(x, n):
+    """The largest finite |x[j]|, j < n (0 if none)."""
+    m = 0.0
+    for j in range(n):
+        a = abs(x[j])
+        m = fmax(m, a if a < np.inf else 0.0)
+    return m
+
+
+@njit(**REDUCE)
+def _row_count_ge(x, n, lim):
+    """How many x[j] >= lim, j < n."""
+    h = 0
+    for j in range(n):
+        h += 1 if x[j] >= lim else 0
+    return h
+
+
+@njit(**KERNEL)
+def _kbest_seq_factored(S, ps, pe, D, TrK, tr_abs, sa, ea, min_start, has_min, L, k, V, bp, M, Mi, seg, bnd, cv, ci,
+                        sl, best, SR, psR, saR, DT):
     """:func:`_kbest_seq` for a (C, C) transition (every row of TrK the same), pruned: a start
     position s bounds every candidate of duration t - s by ``M[s, c] + seg`` with
     ``M[s, c] = max_c' V[s, c', 0] + Tr[c', c]``, so a duration whose bound is below the current
-    k-th candidate by more than a margin is skipped. The margin, 1e-9 times the magnitudes of the
-    position (``Vabs[s]`` = the largest finite ``|V[s, c', 0]|`` over its starts, ``tr_abs`` the
-    largest finite ``|Tr|``, the largest finite segment score), is far above the rounding by which
-    the bound's order of additions can differ from the candidate's (a few 1e-16 of the same
-    magnitudes; a later rank of a pair is never above its first). The candidates kept, their
-    values (added as on the PyTorch path) and their order are the PyTorch path's."""
+    k-th candidate by more than a margin is skipped. The margin, 1e-9 times bounds of the
+    magnitudes involved (vmax: the largest finite ``|V[s, c', 0]|`` so far; smax: twice the largest
+    finite ``|S|`` plus those of D, the projections and the start / end additions, a bound of every
+    finite segment score; ``tr_abs`` the largest finite ``|Tr|``), is far above the rounding by
+    which the bound's order of additions can differ from the candidate's (a few 1e-16 of the same
+    magnitudes; a later rank of a pair is never above its first). Skipping less never changes the
+    result, as the k best under (value, index) do not depend on the order of insertion. The
+    candidates kept, their values (added as on the PyTorch path) and their order are the
+    PyTorch path's.
+
+    Layout: S, ps, sa and M by reversed position (SR, psR (C, P), saR (P,): q = P - 1 - p, so the
+    starts of durations 1..K ending at padded index i are q0 .. q0 + K - 1 with q0 = P - i), so
+    that each label's segment scores and bounds (seg, bnd (C, K)) come from contiguous rows in one
+    vectorised pass (:func:`_segment_rows`); per label the first largest bound's duration goes
+    first, then one counting pass tests the others against the k-th candidate, and they are
+    visited one by one only when one of them passes (rarely)."""
     K, C = D.shape
     C1 = C + 1
-    R = V.shape[0]  # rings of K + 1 positions: p is read only by p + 1 .. p + K
-    V[:] = -np.inf
-    M[:] = -np.inf
-    Vabs[:] = 0.0
-    V[K % R, C, 0] = 0.0
+    P = S.shape[0]
+    R = V.shape[0]  # a ring of K + 1 positions: p is read only by p + 1 .. p + K
+    # plain: no projections, and the start / end additions are 0 for the starts and ends of the
+    # sequence and -inf only before it (every sequence of full length): a segment score then needs
+    # S and D alone (and -inf for a start before position 0)
+    plain = True
+    for p in range(P):
+        if p < K:
+            plain = plain and sa[p] == -np.inf
+        elif p < K + L:
+            plain = plain and sa[p] == 0.0
+        if K < p <= K + L:
+            plain = plain and ea[p] == 0.0
+        for c in range(C):
+            plain = plain and ps[p, c] == 0.0 and pe[p, c] == 0.0
     for c in range(C):
-        M[K % R, c] = TrK[0, C, c]
+        for p in range(P):
+            SR[c, P - 1 - p] = S[p, c]
+        if not plain:
+            for p in range(P):
+                psR[c, P - 1 - p] = ps[p, c]
+        for kk in range(K):
+            DT[c, kk] = D[kk, c]
+    if not plain:
+        for p in range(P):
+            saR[P - 1 - p] = sa[p]
+    # bounds of the magnitudes in the margin: every finite segment score is at most smax (the
+    # largest finite |S| twice, |D|, |ps|, |pe|, |sa|, |ea|), every prefix so far at most vmax
+    smax = 2.0 * _row_absmax(S.ravel(), S.size) + _row_absmax(D.ravel(), D.size)
+    if not plain:
+        smax += _row_absmax(ps.ravel(), ps.size) + _row_absmax(pe.ravel(), pe.size)
+        smax += _row_absmax(sa, sa.size) + _row_absmax(ea, ea.size)
+    vmax = 0.0
+    V[:] = -np.inf
+    for c in range(C):  # positions before the start (every later one is written before it is read)
+        for p in range(K):
+            M[c, P - 1 - p] = -np.inf
+        M[c, P - 1 - K] = TrK[0, C, c]  # the phantom start
+    tr0 = TrK[0]
+    V[K % R, C, 0] = 0.0
+    SRf = SR.ravel()
+    psRf = psR.ravel()
+    DTf = DT.ravel()
+    Mf = M.ravel()
+    segf = seg.ravel()
+    bndf = bnd.ravel()
     for t in range(1, L + 1):
         i = t + K
         wi = i % R
+        q0 = P - i
         V[wi, C, :] = -np.inf  # the slot's old position may have been 0 (the phantom start)
         for kk in range(K):  # the ring slot of position t - kk - 1 (no division in the loop)
             x = wi - (kk + 1)
             sl[kk] = x if x >= 0 else x + R
-        vmax = 0.0  # the largest magnitudes of this position's prefixes and segments (for the margin)
-        smax = 0.0
-        for kk in range(K):
-            s = i - (kk + 1)
-            w = sl[kk]
-            vmax = max(vmax, Vabs[w])
-            for c in range(C):  # branch-free, so that it vectorises
-                x = S[i, c] - S[s, c] + D[kk, c] + ps[s, c] + pe[i, c]
-                seg[kk, c] = x + sa[s] + ea[i]
-            if has_min:
-                for c in range(C):
-                    if t - (kk + 1) < min_start[i, c]:
-                        seg[kk, c] = -np.inf
-            for c in range(C):
-                x = M[w, c] + seg[kk, c]
-                bnd[c, kk] = x
-                if kk == 0 or x > bestv[c]:  # the first largest bound of each label
-                    bestv[c] = x
-                    besti[c] = kk
-                a = abs(seg[kk, c])
-                smax = max(smax, a if a < np.inf else 0.0)
+        _segment_rows(SRf, psRf, saR, DTf, Mf, P, q0, K, C, S[i], pe[i], ea[i], t - 1, has_min,
+                      min_start[i if has_min else 0], segf, bndf, plain)
+        for c in range(C):
+            bm = _row_max(bnd[c], K)
+            j = 0  # the first largest bound
+            while j < K - 1 and bnd[c, j] != bm:
+                j += 1
+            best[c] = j
         # a bound below the k-th candidate by more than this cannot reach it: the two orders of
-        # addition differ by a few 1e-16 of these magnitudes
+        # addition differ by a few 1e-16 of these magnitudes (vmax: every prefix so far)
         margin = 1e-9 * (vmax + smax + tr_abs + 1.0)
         for c in range(C):
-            best = besti[c]
-            cv[:] = -np.inf
-            ci[:] = 0
-            n = 0
-            n = _take_duration(best, c, 0, k, seg, TrK, V, sl, cv, ci)
-            lim = cv[k - 1] - margin if n == k else -np.inf
-            for kk in range(K):  # the other durations: one comparison each, rarely passed
-                b = bnd[c, kk]
-                if b >= lim and b > -np.inf and kk != best:
-                    n = _take_duration(kk, c, n, k, seg, TrK, V, sl, cv, ci)
-                    if n == k:
-                        lim = cv[k - 1] - margin
+            cvc = cv[c]
+            cic = ci[c]
+            cvc[:] = -np.inf
+            cic[:] = 0
+            bc = best[c]
+            n = _take_segment(bc, c, seg[c, bc], 0, k, TrK, V, sl, cvc, cic)
+            lm = cvc[k - 1] - margin if n == k else -np.inf
+            brow = bnd[c]
+            h = _row_count_ge(brow, K, lm) - (1 if brow[bc] >= lm else 0)
+            if h > 0:  # the other durations, one by one
+                for kk in range(K):
+                    bd = brow[kk]
+                    if bd >= lm and bd > -np.inf and kk != bc:
+                        n = _take_segment(kk, c, seg[c, kk], n, k, TrK, V, sl, cvc, cic)
+                        if n == k:
+                            lm = cvc[k - 1] - margin
             for r in range(k):
-                V[wi, c, r] = cv[r]
-                bp[i, c, r] = ci[r]
-        w = wi
-        Vabs[w] = 0.0
+                V[wi, c, r] = cvc[r]
+                bp[i, c, r] = cic[r]
         for c in range(C):
-            m = -np.inf
-            for cp in range(C1):
-                m = max(m, V[w, cp, 0] + TrK[0, cp, c])
-            M[w, c] = m
-            if np.isfinite(V[w, c, 0]):
-                Vabs[w] = max(Vabs[w], abs(V[w, c, 0]))
+            Mi[c] = -np.inf
+        for cp in range(C1):
+            v0 = V[wi, cp, 0]
+            trow = tr0[cp]
+            for c in range(C):
+                Mi[c] = fmax(Mi[c], v0 + trow[c])
+            if cp < C and np.isfinite(v0):
+                vmax = max(vmax, abs(v0))
+        qi = P - 1 - i
+        for c in range(C):
+            M[c, qi] = Mi[c]
 
 
 @njit(**KERNEL)
@@ -224,7 +329,7 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
     P = S.shape[1]
     T = labels.shape[2]
     V = np.empty((K + 1, C1, k))
-    bp = np.zeros((P, C, k), dtype=np.int32)
+    bp = np.empty((P, C, k), dtype=np.int32)  # every entry the backtrack reads is written first
     seg = np.empty((K, C))
     e = np.empty(K * C1)
     heads = np.empty(K * C1)
@@ -232,11 +337,17 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
     cv = np.empty(k)
     ci = np.zeros(k, dtype=np.int64)
     sl = np.empty(K, dtype=np.int64)
-    M = np.empty((K + 1, C))
-    Vabs = np.empty(K + 1)
+    M = np.empty((C, P) if factored else (1, 1))
+    Mi = np.empty(C)
+    segT = np.empty((C, K))
     bnd = np.empty((C, K))
-    bestv = np.empty(C)
-    besti = np.zeros(C, dtype=np.int64)
+    best = np.zeros(C, dtype=np.int64)
+    cvs = np.empty((C, k))
+    cis = np.zeros((C, k), dtype=np.int64)
+    SR = np.empty((C, P) if factored else (1, 1))
+    psR = np.empty((C, P) if factored else (1, 1))
+    saR = np.empty(P if factored else 1)
+    DT = np.empty((C, K))
     fv = np.empty(k)
     fi = np.zeros(k, dtype=np.int64)
     lab_at = np.empty(T + 1, dtype=np.int64)
@@ -244,8 +355,8 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
         L = lengths[b]
         ms = min_start[b if has_min else 0]
         if factored:
-            _kbest_seq_factored(S[b], ps[b], pe[b], D, TrK, tr_abs, sa[b], ea[b], ms, has_min, L, k, V, bp, seg, M,
-                                Vabs, bnd, cv, ci, sl, bestv, besti)
+            _kbest_seq_factored(S[b], ps[b], pe[b], D, TrK, tr_abs, sa[b], ea[b], ms, has_min, L, k, V, bp, M, Mi,
+                                segT, bnd, cvs, cis, sl, best, SR, psR, saR, DT)
         else:
             _kbest_seq(S[b], ps[b], pe[b], D, TrK, sa[b], ea[b], ms, has_min, L, k, V, bp, seg, e, heads, pairs,
                        cv, ci, sl)
