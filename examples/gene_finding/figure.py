@@ -41,6 +41,8 @@ def draw_genes(ax, genes, L, color, label):
         if len(genes) <= 10:  # strand arrows only where they stay readable
             ax.text(g.end if g.strand == "+" else g.start, y, " >" if g.strand == "+" else "< ", va="center",
                     ha="left" if g.strand == "+" else "right", fontsize=8, color=color)
+    if not genes:
+        ax.text(L / 2, 0, "(no gene)", ha="center", va="center", fontsize=8, color=color)
 
 
 def main(argv=None):

@@ -55,6 +55,7 @@ from torch_semimarkov.genomics.gff import read_cds
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import posteriors as post  # noqa: E402  (the example's module beside this script)
+from figure import draw_genes  # noqa: E402  (the semi-CRF figure's gene track)
 
 
 def choose_locus(records, max_length: int):
@@ -81,26 +82,6 @@ def least_certain_locus(model, records, max_length: int):
         probs[r.name] = float(np.exp(score - log_z))
     name = min(probs, key=lambda n: (probs[n], n))
     return next(r for r in records if r.name == name), probs
-
-
-def draw_genes(ax, genes, L, color, label):
-    from matplotlib.patches import Rectangle
-
-    ax.set_xlim(0, L)
-    ax.set_ylim(-1, 1)
-    ax.set_yticks([])
-    ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
-    for spine in ("top", "right", "left"):
-        ax.spines[spine].set_visible(False)
-    for g in genes:
-        y = 0.35 if g.strand == "+" else -0.35
-        ax.plot([g.start, g.end], [y, y], color=color, lw=1)
-        for ex in g.exons:
-            ax.add_patch(Rectangle((ex.start, y - 0.25), len(ex), 0.5, color=color))
-        ax.text(g.end if g.strand == "+" else g.start, y, " >" if g.strand == "+" else "< ", va="center",
-                ha="left" if g.strand == "+" else "right", fontsize=8, color=color)
-    if not genes:
-        ax.text(L / 2, 0, "(no gene)", ha="center", va="center", fontsize=8, color=color)
 
 
 def main(argv=None):
