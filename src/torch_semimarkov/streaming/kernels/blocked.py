@@ -41,6 +41,7 @@ from .common import HAS_TRITON, tl, triton  # noqa: F401
 if HAS_TRITON:
     from .common import MASK_K as MASK
     from .common import log_, possible_shift, row_offset_bounds, window_offset
+    from .forward import _fix_prefix_frames
 
     @triton.jit
     def _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol,
@@ -169,6 +170,35 @@ if HAS_TRITON:
         return tl.where(mc, row, MASK), bc
 
     @triton.jit
+    def _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, inwin, oj, oc, mc, C, TOL,
+                     K_PAD: tl.constexpr, IS_MAX: tl.constexpr):
+        """A fix-up's test of a recomputed row q (frame F) against the stored one, read before it is
+        overwritten: its offset interval (with alpha_hat's too in the max semiring, whose argmax
+        labels the backpointers keep) enters the window ring (``window_offset``) at slot q; the
+        window is the rows flagged ``inwin``. Returns ``(wlo, whi, converged, delta)``."""
+        f_ref = tl.load(f_b + q)
+        lo, hi = row_offset_bounds(row, tl.load(r_b + q * C + oc, mask=mc, other=MASK), F - f_ref, mc, TOL)
+        if IS_MAX:
+            a_lo, a_hi = row_offset_bounds(st, tl.load(a_b + q * C + oc, mask=mc, other=MASK), F - f_ref, mc, TOL)
+            lo = tl.maximum(lo, a_lo)
+            hi = tl.minimum(hi, a_hi)
+        wlo, whi, ok, dd = window_offset(wlo, whi, oj, tl.cast(q, tl.int32) & (K_PAD - 1), lo, hi, inwin)
+        # the stored row is read before this program overwrites it
+        tl.debug_barrier()
+        return wlo, whi, ok, dd
+
+    @triton.jit
+    def _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE: tl.constexpr, IS_MAX: tl.constexpr):
+        """Store row q: the ring row and its frame; forward also alpha_hat and (max) the argmax
+        source label of U_q."""
+        tl.store(r_b + q * C + oc, row, mask=mc)
+        tl.store(f_b + q, F)
+        if not REVERSE:
+            tl.store(a_b + q * C + oc, st, mask=mc)
+            if IS_MAX:
+                tl.store(bc_b + q * C + oc, bc, mask=mc)
+
+    @triton.jit
     def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                  sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
@@ -191,22 +221,10 @@ if HAS_TRITON:
         q = start
         row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
         if COMPARE:
-            ref = tl.load(r_b + q * C + oc, mask=mc, other=MASK)
-            f_ref = tl.load(f_b + q)
-            lo, hi = row_offset_bounds(row, ref, F - f_ref, mc, TOL)
-            if IS_MAX:
-                a_lo, a_hi = row_offset_bounds(st, tl.load(a_b + q * C + oc, mask=mc, other=MASK), F - f_ref, mc, TOL)
-                lo = tl.maximum(lo, a_lo)
-                hi = tl.minimum(hi, a_hi)
-            q32 = tl.cast(q, tl.int32)
-            wlo, whi, ok, dd = window_offset(wlo, whi, oj, q32 & (K_PAD - 1), lo, hi, oj < 0)
-            tl.debug_barrier()
-        tl.store(r_b + q * C + oc, row, mask=mc)
-        tl.store(f_b + q, F)
-        if not REVERSE:
-            tl.store(a_b + q * C + oc, st, mask=mc)
-            if IS_MAX:
-                tl.store(bc_b + q * C + oc, bc, mask=mc)
+            # the window's first row (no window yet to test)
+            wlo, whi, ok, dd = _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, oj < 0, oj, oc, mc, C, TOL,
+                                            K_PAD, IS_MAX)
+        _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE, IS_MAX)
         q_last = q
         q0 = start
         H = F
@@ -291,29 +309,16 @@ if HAS_TRITON:
                         vrow = row + m - (s_q - s_ref)
                     vn = tl.where(oi[:, None] == i, vrow[None, :], vn)
                     if COMPARE:
-                        ref = tl.load(r_b + q * C + oc, mask=mc, other=MASK)
-                        f_ref = tl.load(f_b + q)
-                        lo, hi = row_offset_bounds(row, ref, F - f_ref, mc, TOL)
-                        if IS_MAX:
-                            a_ref = tl.load(a_b + q * C + oc, mask=mc, other=MASK)
-                            a_lo, a_hi = row_offset_bounds(st, a_ref, F - f_ref, mc, TOL)
-                            lo = tl.maximum(lo, a_lo)
-                            hi = tl.minimum(hi, a_hi)
                         q32 = tl.cast(q, tl.int32)
                         if REVERSE:
                             inwin = ((oj - q32) & (K_PAD - 1)) < K
                         else:
                             inwin = ((q32 - oj) & (K_PAD - 1)) < K
-                        wlo, whi, ok, dd = window_offset(wlo, whi, oj, q32 & (K_PAD - 1), lo, hi, inwin)
+                        wlo, whi, ok, dd = _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, inwin, oj, oc, mc, C,
+                                                        TOL, K_PAD, IS_MAX)
                         delta = tl.where(ok, dd, delta)
                         conv = tl.where(ok, 1, 0).to(tl.int32)
-                        tl.debug_barrier()
-                    tl.store(r_b + q * C + oc, row, mask=mc)
-                    tl.store(f_b + q, F)
-                    if not REVERSE:
-                        tl.store(a_b + q * C + oc, st, mask=mc)
-                        if IS_MAX:
-                            tl.store(bc_b + q * C + oc, bc, mask=mc)
+                    _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE, IS_MAX)
                     q_last = q
                 i += 1
             left -= nb
@@ -342,16 +347,6 @@ if HAS_TRITON:
             tl.store(o64 + m, fr, mask=ok)
         tl.store(o32 + K * C + oc, st, mask=mc)
         tl.store(o64 + K, F)
-
-    @triton.jit
-    def _fix_frames(f_b, lo, hi, delta, BLOCK: tl.constexpr):
-        """Frames of rows lo .. hi-1 minus delta (rows a converged fix-up wrote)."""
-        tl.debug_barrier()
-        o = tl.arange(0, BLOCK)
-        for p0 in range(lo, hi, BLOCK):
-            p = p0 + o
-            msk = p < hi
-            tl.store(f_b + p, tl.load(f_b + p, mask=msk, other=0.0) - delta, mask=msk)
 
     @triton.jit
     def _blk_chunks_kernel(
@@ -512,9 +507,9 @@ if HAS_TRITON:
                         C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK)
                     if conv != 0:
                         if REVERSE:
-                            _fix_frames(f_b, q_last, start + 1, delta, 256)
+                            _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)
                         else:
-                            _fix_frames(f_b, start, q_last + 1, delta, 256)
+                            _fix_prefix_frames(f_b, start, q_last + 1, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
                         e = half + row + j
