@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from test_distribution import _masks as make_masks  # masks a random reference segmentation satisfies
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
 from torch_semimarkov.oracle import enumerate_segmentations, segmentation_allowed
 
@@ -34,20 +35,6 @@ def make_inputs(seed, B=3, T=13, K=4, C=3, direct=False, proj=False, dtype=F64):
     kw = dict(cum_scores=leaves[0], transition=leaves[1], duration_bias=leaves[2], lengths=lengths, K=K,
               proj_start=leaves[3] if proj else None, proj_end=leaves[4] if proj else None)
     return kw, leaves
-
-
-def make_masks(seed, B, T, C, free=0.4):
-    """Masks that a random reference segmentation satisfies: every sequence stays feasible."""
-    g = torch.Generator().manual_seed(seed)
-    starts = torch.rand(B, T, generator=g) < 0.4
-    starts[:, 0] = True
-    lab = torch.randint(0, C, (B, T), generator=g)
-    for t in range(1, T):
-        lab[:, t] = torch.where(starts[:, t], lab[:, t], lab[:, t - 1])
-    label_mask = (torch.rand(B, T, C, generator=g) < free) | torch.nn.functional.one_hot(lab, C).bool()
-    r = torch.rand(B, T, generator=g)
-    boundary_mask = torch.where(r < 0.35, torch.where(starts, 1, -1), 0)
-    return label_mask, boundary_mask
 
 
 CASES = [dict(direct=d, proj=p) for d in (False, True) for p in (False, True)]

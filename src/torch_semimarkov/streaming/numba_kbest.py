@@ -89,15 +89,7 @@ def _kbest_seq(S, ps, pe, D, TrK, sa, ea, min_start, has_min, L, k, V, bp, seg, 
                     f = j * k + r
                     if n == k and not _better(v, f, cv[n - 1], ci[n - 1]):
                         continue
-                    m = n if n < k else k - 1
-                    while m > 0 and _better(v, f, cv[m - 1], ci[m - 1]):
-                        cv[m] = cv[m - 1]
-                        ci[m] = ci[m - 1]
-                        m -= 1
-                    cv[m] = v
-                    ci[m] = f
-                    if n < k:
-                        n += 1
+                    n = _insert(v, f, n, k, cv, ci)
             for r in range(k):
                 V[wi, c, r] = cv[r]
                 bp[i, c, r] = ci[r]
@@ -368,15 +360,7 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
                 f = c * k + r
                 if n == k and not _better(v, f, fv[n - 1], fi[n - 1]):
                     continue
-                m = n if n < k else k - 1
-                while m > 0 and _better(v, f, fv[m - 1], fi[m - 1]):
-                    fv[m] = fv[m - 1]
-                    fi[m] = fi[m - 1]
-                    m -= 1
-                fv[m] = v
-                fi[m] = f
-                if n < k:
-                    n += 1
+                n = _insert(v, f, n, k, fv, fi)
         for q in range(k):
             scores[b, q] = fv[q]
             if not np.isfinite(fv[q]):
