@@ -229,6 +229,8 @@ def make_plan(
             par_warps = ring_warps(k_pad, c_pad)
         supported = use_register_ring(C, K_eff, par_warps, 1)
         limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
+    interval = resolve_interval(T, K_eff, checkpoint_interval)
+    idx64 = (T + 1) * max(C, K_eff) * 4 >= 2**31
     if not duration_transitions and time_parallel is not False and (
             FORCE_BLOCKED or k_pad * c_pad > REG_RING_ELEMENTS[16]):
         # a ring too large for registers: the blocked memory-ring engine, one program per
@@ -242,9 +244,8 @@ def make_plan(
         bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(16, c_pad))
         return KernelPlan(
             kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
-            c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=resolve_interval(T, K_eff, checkpoint_interval),
-            n_checkpoints=-(-T // resolve_interval(T, K_eff, checkpoint_interval)), K=K_eff,
-            idx64=(T + 1) * max(C, K_eff) * 4 >= 2**31, bt=bt, rb=rb, cb=cb)
+            c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
+            idx64=idx64, bt=bt, rb=rb, cb=cb)
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
@@ -256,7 +257,6 @@ def make_plan(
         parallel = bool(time_parallel) and n >= 2
     if parallel:
         kind, warps = ("dur" if duration_transitions else "reg"), par_warps
-    interval = resolve_interval(T, K_eff, checkpoint_interval)
     return KernelPlan(
         kind=kind,
         time_parallel=parallel,
@@ -269,7 +269,7 @@ def make_plan(
         interval=interval,
         n_checkpoints=-(-T // interval),
         K=K_eff,
-        idx64=(T + 1) * max(C, K_eff) * 4 >= 2**31,
+        idx64=idx64,
     )
 
 
