@@ -909,8 +909,8 @@ def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
 
 
 class _NumbaEntropy(torch.autograd.Function):
-    """The entropy and its gradient on the compiled CPU engine (:mod:`.numba_entropy`, a (C, C)
-    transition): the forward runs both passes when a gradient is needed and keeps the weighted
+    """The entropy and its gradient on the compiled CPU engine (:mod:`.numba_entropy`, a (C, C) or
+    (K, C, C) transition): the forward runs both passes when a gradient is needed and keeps the weighted
     marginals; the backward scales them."""
 
     @staticmethod
@@ -954,16 +954,16 @@ def semi_crf_streaming_entropy(
     pass, not from autograd over T), so it can be a training term (e.g. an entropy penalty).
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
-    Paths: CPU tensors with a (C, C) transition take the compiled CPU engine (``backend="auto"``
-    or ``"numba"``; float64, :mod:`.numba_entropy`, the same recurrences compiled, 100x+ faster,
-    with the scores taken relative to a per-position reference so that cumulative scores of 1e6
-    cost no precision). CUDA tensors with a (C, C) transition take the engine's float32 kernels. Without a
-    gradient (or under ``torch.no_grad()``: uncertainty for active learning, monitoring) one
-    forward + backward, ``E[score]`` from its marginals (about the accuracy of the engine's
-    log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
-    recurrences, then weighted marginals). Elsewhere ((K, C, C) transitions, the CPU, rings
-    too large for registers) the float64 expectation-semiring recurrences (dense kernels on
-    CUDA, PyTorch on the CPU).
+    Paths: CPU tensors with a (C, C) or (K, C, C) transition take the compiled CPU engine
+    (``backend="auto"`` or ``"numba"``; float64, :mod:`.numba_entropy`, the same recurrences
+    compiled, 100x+ faster, with the scores taken relative to a per-position reference so that
+    cumulative scores of 1e6 cost no precision). CUDA tensors with a (C, C) transition take the
+    engine's float32 kernels. Without a gradient (or under ``torch.no_grad()``: uncertainty for
+    active learning, monitoring) one forward + backward, ``E[score]`` from its marginals (about
+    the accuracy of the engine's log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
+    recurrences, then weighted marginals). Elsewhere ((K, C, C) transitions on CUDA, rings too
+    large for registers, ``backend="torch"``, the CPU without numba) the float64
+    expectation-semiring recurrences (dense kernels on CUDA, PyTorch on the CPU).
 
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
 
@@ -994,7 +994,7 @@ def semi_crf_streaming_entropy(
             return _EngineEntropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
                                         inp.proj_end, inp, engine)
     # the engine's kernels did not take it (CPU tensors): the compiled CPU engine where it runs
-    if _cpu_engine(inp, backend) is not None and not inp.duration_transitions:
+    if _cpu_engine(inp, backend) is not None:
         return _NumbaEntropy.apply(*tensors, inp, _cpu_limits(inp, lm, bm))
     return _Entropy.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end, inp, lm, bm)
 
@@ -1035,17 +1035,17 @@ class _NegExpectedScore(torch.autograd.Function):
 
 
 class _NumbaNegExpectedScore(torch.autograd.Function):
-    """``-E_p[score_q]`` on the compiled CPU engine (:mod:`.numba_entropy`; (C, C) transitions, q
-    without masks): p's gradient from the weighted marginals, q's from p's marginals mapped
-    through q's terms (the first segment's share by q's softmax)."""
+    """``-E_p[score_q]`` on the compiled CPU engine (:mod:`.numba_entropy`; (C, C) or (K, C, C)
+    transitions, masks on either model): p's gradient from the weighted marginals, q's from p's
+    marginals mapped through q's terms (the first segment's share by q's softmax)."""
 
     @staticmethod
-    def forward(ctx, p_cum, p_tr, p_db, p_ps, p_pe, q_cum, q_tr, q_db, q_ps, q_pe, inp_p, inp_q, limits):
+    def forward(ctx, p_cum, p_tr, p_db, p_ps, p_pe, q_cum, q_tr, q_db, q_ps, q_pe, inp_p, inp_q, limits, limits_q):
         d = lambda t: None if t is None else t.detach()  # noqa: E731
         p_args = (d(p_cum), d(p_tr), d(p_db), inp_p.lengths, inp_p.K, d(p_ps), d(p_pe))
         q_args = (d(q_cum), d(q_tr), d(q_db), inp_q.lengths, inp_q.K, d(q_ps), d(q_pe))
         grads = any(ctx.needs_input_grad[:10])
-        out = numba_module("entropy").expected_score_numba(p_args, q_args, limits, grads)
+        out = numba_module("entropy").expected_score_numba(p_args, q_args, limits, grads, limits_q)
         log_z, expected = out[0], out[1]
         ctx.stash = (p_args, q_args, out[2:] if grads else None)
         neg = torch.where(torch.isfinite(log_z), -expected, torch.zeros_like(expected))
@@ -1060,11 +1060,9 @@ class _NumbaNegExpectedScore(torch.autograd.Function):
         has = lambda a: (a[5] is not None, a[6] is not None)  # noqa: E731
         g_p = _scale_grads(p_args[0], (need[0], need[1], need[2], need[3] and has(p_args)[0],
                                        need[4] and has(p_args)[1]), -grad, *weighted)
-        p_start, p_end, g_tr, g_db = plain
-        g_tr = numba_module("entropy").phantom_share(g_tr, p_start, p_args[1], q_args[1])
         g_q = _scale_grads(q_args[0], (need[5], need[6], need[7], need[8] and has(q_args)[0],
-                                       need[9] and has(q_args)[1]), -grad, p_start, p_end, g_tr, g_db)
-        return g_p + g_q + (None, None, None)
+                                       need[9] and has(q_args)[1]), -grad, *plain)
+        return g_p + g_q + (None, None, None, None)
 
 
 def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInputs, masks_q,
@@ -1073,14 +1071,12 @@ def negative_expected_score(inp_p: StreamingInputs, masks_p, inp_q: StreamingInp
     inputs with the same positions, K, C and transition shape; masks as ``(label_mask,
     boundary_mask)`` pairs). ``0`` where p allows no segmentation, ``+inf`` where p gives
     probability to a segmentation that q forbids. On CPU tensors (``backend="auto"`` or
-    ``"numba"``, (C, C) transitions, q without masks) the compiled CPU engine runs it, as it does
-    the entropy."""
-    if (_cpu_engine(inp_p, backend) is not None and not inp_p.duration_transitions
-            and all(m is None for m in masks_q)):
+    ``"numba"``) the compiled CPU engine runs it, as it does the entropy."""
+    if _cpu_engine(inp_p, backend) is not None:
         return _NumbaNegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias,
                                             inp_p.proj_start, inp_p.proj_end, inp_q.cum_scores, inp_q.transition,
                                             inp_q.duration_bias, inp_q.proj_start, inp_q.proj_end, inp_p, inp_q,
-                                            _cpu_limits(inp_p, *masks_p))
+                                            _cpu_limits(inp_p, *masks_p), _cpu_limits(inp_q, *masks_q))
     return _NegExpectedScore.apply(inp_p.cum_scores, inp_p.transition, inp_p.duration_bias, inp_p.proj_start,
                                    inp_p.proj_end, inp_q.cum_scores, inp_q.transition, inp_q.duration_bias,
                                    inp_q.proj_start, inp_q.proj_end, inp_p, inp_q, tuple(masks_p), tuple(masks_q))
