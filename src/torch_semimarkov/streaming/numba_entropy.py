@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from .numba_common import KERNEL, REDUCE, TINY, fexp, fmax, limit_window
+from .numba_common import KERNEL, REDUCE, TINY, fexp, flog, fmax, limit_window
 from .numba_engine import _Inputs, _lse, _run_batch, _scaled_exp
 
 NINF = -np.inf
@@ -260,23 +260,37 @@ def entropy_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, D, ph, S
 # W^k_{t-k}(c) = U^k_{t-k}(c) + ps - S, kept in a ring by the end t = s + k they serve.
 
 
-@njit(**REDUCE)
+@njit(**KERNEL)
 def _col_sums(EA, EAE, eTr, eTrTq, acc, num):
-    """acc[c] = sum_{c'} EA[c'] eTr[c', c] and num[c] = sum_{c'} EA[c'] eTr[c', c] (Ea[c'] + Trq[c', c])
-    (EAE = EA · Ea, finite; eTrTq = eTr · Trq, 0 where eTr is)."""
-    C = acc.shape[0]
-    for c in range(C):
-        acc[c] = 0.0
-        num[c] = 0.0
+    """acc[i] = sum_{c'} EA[c'] eTr[c', i] and num[i] = sum_{c'} EA[c'] eTr[c', i] (Ea[c'] + Trq[c', i])
+    over i = (k-1)·C + c (EAE = EA · Ea, finite; eTrTq = eTr · Trq, 0 where eTr is)."""
+    n = acc.shape[0]
+    for i in range(n):
+        acc[i] = 0.0
+        num[i] = 0.0
     for cp in range(EA.shape[0]):
         e = EA[cp]
         if e != 0.0:
             ee = EAE[cp]
             row = eTr[cp]
             rq = eTrTq[cp]
-            for c in range(C):
-                acc[c] += e * row[c]
-                num[c] += ee * row[c] + e * rq[c]
+            for i in range(n):
+                acc[i] += e * row[i]
+                num[i] += ee * row[i] + e * rq[i]
+
+
+@njit(**KERNEL)
+def _col_logs(a, tm, acc, num, U, EU):
+    """U = a + tm + log(acc) and EU = num / acc where acc >= TINY (-inf / 0 where tm is -inf);
+    returns whether some entry needs the exact log-domain sum (acc < TINY with tm finite)."""
+    low = False
+    for i in range(acc.shape[0]):
+        x = acc[i]
+        ok = x >= TINY
+        U[i] = (a + tm[i]) + flog(x) if ok else NINF
+        EU[i] = num[i] / x if ok else 0.0
+        low = low or (not ok and tm[i] != NINF)
+    return low
 
 
 @njit(**KERNEL)
@@ -343,12 +357,12 @@ def _row_edges(z, sc, ea, trq, EV, g, wt, colP, colW):
 
 
 @njit(**KERNEL)
-def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tm, eTrTq, TrR, eTrR, tmR, D, ph,
+def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, D, ph,
                         Sq, psq, peq, has_psq, has_peq, limq, has_limq, Trq, TrqR, Dq, phq,
                         grads, p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db, p0, q0):
-    """_entropy_seq for a (K, C, C) transition. Tables: eTr (K, C, C) = exp(Tr - tm) with tm (K, C)
-    the max over c', eTrTq = eTr · Trq (0 where eTr is); TrR, TrqR, eTrR (C, K·C) the transitions
-    by source row [c', k·C + c], eTrR = exp(TrR - tmR) with tmR (C,) the row max; ph, phq (K·C,)
+    """_entropy_seq for a (K, C, C) transition. Tables by source row [c', (k-1)·C + c] (C, K·C):
+    TrR, TrqR the transitions, eTrC = exp(TrR - tmC) with tmC (K·C,) the max over c', eTrTqC =
+    eTrC · TrqR (0 where eTrC is), eTrR = exp(TrR - tmR) with tmR (C,) the row max; ph, phq (K·C,)
     the phantom scores lse_{c'} Tr[k-1, c', c]. g_tr / w_tr (K, C, C) take the transitions at
     s >= 1; p0 / q0 (K, C) the first segment's plain and weighted marginals by duration (its
     transition share is the host's)."""
@@ -364,8 +378,8 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tm,
     EU = np.empty(KC)
     EA = np.empty(C)
     EAE = np.empty(C)
-    acc = np.empty(C)
-    num = np.empty(C)
+    acc = np.empty(KC)
+    num = np.empty(KC)
     y = np.empty(K)
     klim = np.empty(C, dtype=np.int64)
     klimq = np.empty(C, dtype=np.int64)
@@ -387,19 +401,16 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tm,
                 EA[cp] = e
                 EAE[cp] = e * Ea[s, cp] if e > 0.0 else 0.0
                 exact = exact or (e > 0.0 and Ea[s, cp] == NINF)
-            for k in range(K):
-                if a != NINF and not exact:
-                    _col_sums(EA, EAE, eTr[k], eTrTq[k], acc, num)
-                for c in range(C):
-                    i = k * C + c
-                    if a == NINF or tm[k, c] == NINF:
-                        U[i] = NINF
-                        EU[i] = 0.0
-                    elif not exact and acc[c] >= TINY:
-                        U[i] = (a + tm[k, c]) + math.log(acc[c])
-                        EU[i] = num[c] / acc[c]
-                    else:
-                        U[i], EU[i] = _col_exact(A[s], Ea[s], Tr[k], Trq[k], c)
+            if a == NINF:
+                for i in range(KC):
+                    U[i] = NINF
+                    EU[i] = 0.0
+            else:
+                _col_sums(EA, EAE, eTrC, eTrTqC, acc, num)
+                low = _col_logs(a, tmC, acc, num, U, EU)
+                for i in range(KC if exact or low else 0):
+                    if tmC[i] != NINF and (exact or acc[i] < TINY):
+                        U[i], EU[i] = _col_exact(A[s], Ea[s], Tr[i // C], Trq[i // C], i % C)
         for k in range(K):
             j = (s + 1 + k) % K
             for c in range(C):
@@ -521,7 +532,7 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tm,
 
 
 @njit(**KERNEL)
-def entropy_batch_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTr, tm, eTrTq, TrR, eTrR, tmR, D,
+def entropy_batch_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, D,
                          ph, Sq, psq, peq, has_psq, has_peq, limq, has_limq, Trq, TrqR, Dq, phq, grads, log_z,
                          expected, p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db, p0, q0, lo, hi):
     """_entropy_seq_direct for sequences [lo, hi)."""
@@ -529,7 +540,7 @@ def entropy_batch_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, e
         g = min(b, p_start.shape[0] - 1)
         log_z[b], expected[b] = _entropy_seq_direct(
             S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-            lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTr, tm, eTrTq, TrR, eTrR, tmR, D, ph,
+            lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, D, ph,
             Sq[b], psq[min(b, psq.shape[0] - 1)], peq[min(b, peq.shape[0] - 1)], has_psq, has_peq,
             limq[min(b, limq.shape[0] - 1)], has_limq, Trq, TrqR, Dq, phq,
             grads, p_start[g], p_end[g], q_start[g], q_end[g], g_tr[g], g_db[g], w_tr[g], w_db[g], p0[g], q0[g])
@@ -538,15 +549,15 @@ def entropy_batch_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, e
 def _direct_tables(Tr: np.ndarray, Trq: np.ndarray):
     """The scaled tables of :func:`_entropy_seq_direct` for p's (K, C, C) transition Tr and q's Trq."""
     K, C, _ = Tr.shape
-    tm = Tr.max(1)
-    eTr = np.ascontiguousarray(_scaled_exp(Tr, np.where(tm == -np.inf, 0.0, tm)[:, None, :]))
-    with np.errstate(invalid="ignore"):
-        eTrTq = np.ascontiguousarray(np.where(eTr > 0, eTr * Trq, 0.0))
     row = lambda x: np.ascontiguousarray(x.transpose(1, 0, 2).reshape(C, K * C))  # noqa: E731
-    TrR = row(Tr)
+    TrR, TrqR = row(Tr), row(Trq)
+    tmC = TrR.max(0)
+    eTrC = np.ascontiguousarray(_scaled_exp(TrR, np.where(tmC == -np.inf, 0.0, tmC)[None, :]))
+    with np.errstate(invalid="ignore"):
+        eTrTqC = np.ascontiguousarray(np.where(eTrC > 0, eTrC * TrqR, 0.0))
     tmR = TrR.max(1)
     eTrR = np.ascontiguousarray(_scaled_exp(TrR, np.where(tmR == -np.inf, 0.0, tmR)[:, None]))
-    return tm, eTr, eTrTq, TrR, eTrR, tmR, row(Trq)
+    return tmC, eTrC, eTrTqC, TrR, eTrR, tmR, TrqR
 
 
 def _softmax0(Tr: np.ndarray) -> np.ndarray:
@@ -619,8 +630,8 @@ def expected_score_numba(p_args, q_args=None, masks=None, grads=False, q_masks=N
     q_head = (xq.S, xq.ps, xq.pe, xq.has_ps, xq.has_pe, xq.lim, xq.has_lim and xq is not x)
     if x.direct:
         p0, q0 = np.zeros((n, K, C)), np.zeros((n, K, C))
-        tm, eTr, eTrTq, TrR, eTrR, tmR, TrqR = _direct_tables(x.Tr, xq.Tr)
-        _run_batch(entropy_batch_direct, B, 3.0 * x.work(), *x.head(), x.Tr, eTr, tm, eTrTq, TrR, eTrR, tmR, x.D,
+        tmC, eTrC, eTrTqC, TrR, eTrR, tmR, TrqR = _direct_tables(x.Tr, xq.Tr)
+        _run_batch(entropy_batch_direct, B, 3.0 * x.work(), *x.head(), x.Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, x.D,
                    _lse(x.Tr, 1).ravel(), *q_head, xq.Tr, TrqR, xq.D, _lse(xq.Tr, 1).ravel(), grads, log_z, expected,
                    *outs, p0, q0)
     else:
