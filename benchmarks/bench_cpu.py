@@ -340,7 +340,7 @@ def loop_worker(hidden, threads, steps):
 
     # the engine's backward alone, and right after one torch operation on B·(T+1)·C elements (large
     # enough for torch to run it on its intra-op threads)
-    from torch_semimarkov.streaming import numba_engine as ne
+    from torch_semimarkov.engines.numba import engine as ne
 
     out = head.build(features, lengths)
     args = [t.detach() for t in (out.cum_scores, out.transition, out.duration_bias)] + [lengths, K]

@@ -37,8 +37,8 @@ def _median_ms(fn, repeat):
 
 def run(configs, repeat):
     from torch_semimarkov import semi_crf_streaming_viterbi
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     rows = []
     for B, T, K, C in configs:

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from bench_parallel import exp_rate, fixup_stats, make_inputs, median_ms  # noqa: E402
 
 from torch_semimarkov import semi_crf_streaming_forward  # noqa: E402
-from torch_semimarkov.streaming.kernels import launch  # noqa: E402
-from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines.triton import launch  # noqa: E402
+from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 
 SHAPES = [  # (B, T, K, C), issue targets in ms (forward, forward+backward, Viterbi; None: none)
     ((32, 3000, 960, 47), (None, 20, None)),
@@ -183,7 +183,7 @@ def main():
         r["lengths"] = g["lengths"].tolist()
         v = validate_streaming_inputs(*inp[:4], g["K"], proj_start=inp[4], proj_end=inp[5])
         plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log")
-        from torch_semimarkov.streaming.kernels import parallel
+        from torch_semimarkov.engines.triton import parallel
 
         st = parallel.forward_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths, "log", v.proj_start,
                                       v.proj_end, plan)[3]

@@ -41,8 +41,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from torch_semimarkov.streaming.kernels import launch  # noqa: E402
-from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines.triton import launch  # noqa: E402
+from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 
 CONFIGS = [
     (64, 1000, 100, 24),
@@ -271,7 +271,7 @@ def exp_counts(B, T, K, C):
 def warps_sweep():
     """Kernel times per num_warps and per ring variant (register / memory ring), one program per
     sequence."""
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     out = []
     grid = [((1, 20000, 64, 24), (2, 4, 8)), ((64, 1000, 100, 24), (2, 4, 8)), ((1024, 1000, 100, 24), (2, 4, 8)),
@@ -315,7 +315,7 @@ def run_config(B, T, K, C, fs, flash_max_fb_ms=None, with_flash=True):
     ours["viterbi_score_ms"] = bench_ms(lambda: ours_viterbi_score(cum, tr, db, lengths, K))
     # components of forward+backward: the checkpointing forward, the recompute from its
     # checkpoints, the whole backward launcher (recompute + beta + marginals)
-    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
+    from torch_semimarkov.engines.triton.recompute import recompute_forward_state
 
     z, state, plan = launch_streaming_triton_kernel(cum, tr, db, lengths, K)
     ours["fwd_ckpt_kernel_ms"] = bench_ms(lambda: launch_streaming_triton_kernel(cum, tr, db, lengths, K))

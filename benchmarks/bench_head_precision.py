@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from torch_semimarkov import SemiMarkovCRFHead, semi_crf_streaming_forward
-from torch_semimarkov.gold import gold_score
+from torch_semimarkov.core.gold import gold_score
 
 C, K, H = 6, 16, 8
 

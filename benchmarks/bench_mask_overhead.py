@@ -32,8 +32,8 @@ def run_size(B, T, K, C, repeat, profile=True):
 
     from torch_semimarkov import semi_crf_streaming_forward
     from torch_semimarkov.streaming import distribution as dist
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     cum, tr, db, lengths, lm, bm = _problem(B, T, K, C, torch.device("cuda"))
 

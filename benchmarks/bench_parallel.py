@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from torch_semimarkov import SemiMarkovCRFHead, semi_crf_streaming_forward  # noqa: E402
-from torch_semimarkov.streaming.kernels import launch, parallel  # noqa: E402
-from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines.triton import launch, parallel  # noqa: E402
+from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 
 CONFIGS = [  # (B, T, K, C), issue targets in ms: forward, forward+backward, Viterbi labels
     ((1, 1_000_000, 64, 24), (20, 60, 40)),
@@ -226,7 +226,7 @@ def main():
     if "tune" in sections:
         # chunk length (multiples of K) and warps of the time-parallel engine where the default is
         # borderline: forward and forward+backward
-        from torch_semimarkov.streaming.kernels import plan as plan_mod
+        from torch_semimarkov.engines.triton import plan as plan_mod
 
         res["tune"] = []
         for B, T, K, C in ((4, 100_000, 1000, 8), (16, 10_000, 100, 24), (4, 100_000, 500, 12), (1, 1_000_000, 64, 24)):
@@ -265,7 +265,7 @@ def main():
         # a model that never forgets its start within a chunk: the cyclic grammar with strongly
         # preferred long segments, C = 24, and chunks of 2K (far shorter than its ~1000 positions of
         # convergence), so every fix-up fails and the repair runs the sequence sequentially
-        from torch_semimarkov.streaming.kernels import plan as plan_mod
+        from torch_semimarkov.engines.triton import plan as plan_mod
 
         B, T, K, C = 1, 1_000_000, 64, 24
         row = {"model": "cyclic, duration bias 0.5 k, chunks of 2K", "B": B, "T": T, "K": K, "C": C}

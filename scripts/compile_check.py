@@ -78,8 +78,8 @@ def main():
     _orig_run = JITFunction.run
     JITFunction.run = _run
 
-    from torch_semimarkov.streaming.kernels import launch, plan as plan_mod
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch, plan as plan_mod
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     # (B, T, K, C, (K, C, C) transition, projections); the (K, C, C) ones compile the sequential and the
     # time-parallel direct recurrence (K = 1, every projection variant)
@@ -130,12 +130,12 @@ def main():
                 z, state = launch.launch_forward(*args_of(v), "log", ps, None, plan=plan, masks=masks)
                 launch.launch_backward(*args_of(v), ps, None, plan=plan, state=state, masks=masks)
         # the limits kernel with one of the two masks
-        from torch_semimarkov.streaming.kernels.limits import engine_limits
+        from torch_semimarkov.engines.triton.limits import engine_limits
         for only in ((lm, None), (None, bm)):
             engine_limits(*only, B, T, C, K, "cpu")
     dist_mod.ENGINE_ON_CPU = False
     # the sampling walk (the traceback kernel with drawn steps)
-    from torch_semimarkov.streaming.kernels import parallel
+    from torch_semimarkov.engines.triton import parallel
     for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24), (2, 400, 200, 9)]:
         cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0))
         v = validate_streaming_inputs(cum, torch.randn(C, C), torch.randn(K, C), torch.tensor([T] * B), K)
@@ -145,7 +145,7 @@ def main():
             parallel.sample_chunked(saved, frames, v.cum_scores, v.transition, v.duration_bias, v.lengths,
                                     torch.rand(3 * B, T + 1, 2), v.K, max(v.K, 64))
     # the k-best in-edge selection (streaming/kbest.py)
-    from torch_semimarkov.streaming.kernels.kbest import in_edges
+    from torch_semimarkov.engines.triton.kbest import in_edges
     for B, T, K, C, k, proj in [(2, 300, 12, 6, 5, True), (1, 5000, 64, 24, 5, False)]:
         a = torch.randn(B, T + 1, C).double()
         p = torch.randn(B, T, C).double() if proj else None
@@ -153,7 +153,7 @@ def main():
                  torch.zeros(B, T + 1, C, dtype=torch.int32), torch.full((B,), T), K, k)
     # the dense recurrences of streaming/distribution.py (k-best, samples, entropy, masks)
     from torch_semimarkov.streaming import distribution as dist
-    from torch_semimarkov.streaming.kernels.dense import run_dense
+    from torch_semimarkov.engines.triton.dense import run_dense
     for B, T, K, C, kcc, masked in [(2, 50, 12, 6, False, False), (2, 50, 100, 24, True, True)]:
         cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0)).double()
         tr = torch.randn((K, C, C) if kcc else (C, C)).double()

@@ -64,8 +64,8 @@ def make_case(B, T, K, C, seed, lengths=None, proj=False, kcc=False, scale=1.0):
 def reference(case_args, with_backward=True, with_viterbi=False):
     """float64 PyTorch-path results on the CPU for make_case(*case_args)."""
     torch.set_num_threads(1)
-    from torch_semimarkov.streaming import pytorch_reference as ref
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.torch import reference as ref
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     args, kwargs = case_args
     inp = make_case(*args, **kwargs)
@@ -134,8 +134,8 @@ def abs_err(a, b):
 def run_gpu(inp, dev, dtype=torch.float32, viterbi=False, parallel=False):
     """Forward, backward (and Viterbi) with one engine; None where the time-parallel engine does
     not run this case."""
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     g = {k: (v.to(dev, dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
              (v.to(dev) if isinstance(v, torch.Tensor) else v)) for k, v in inp.items()}
@@ -154,7 +154,7 @@ def run_gpu(inp, dev, dtype=torch.float32, viterbi=False, parallel=False):
     if plan.time_parallel:
         saved, frames = state
     else:
-        from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
+        from torch_semimarkov.engines.triton.recompute import recompute_forward_state
 
         saved, frames = recompute_forward_state(*common[:4], v.proj_start, v.proj_end, plan, *state)
     z64 = frames[rows, v.lengths] + torch.logsumexp(saved[0][rows, v.lengths].double(), -1)
@@ -182,7 +182,7 @@ def compare(ck, name, got, exp, inp, tol_rel=1e-6, tol_marg=2e-5, tol_par=2e-4):
         ck.check(f"{name} {nm}", ok, f"err {err:.2e}")
     if "viterbi" in exp and "viterbi" in got:
         from torch_semimarkov.oracle import segmentation_score
-        from torch_semimarkov.streaming.segments import segments_from_boundaries
+        from torch_semimarkov.core.segments import segments_from_boundaries
 
         s_g, l_g, st_g = got["viterbi"]
         s_e, l_e, st_e = exp["viterbi"]
@@ -222,9 +222,9 @@ def determinism(ck, dev):
 def recompute_bitwise(ck, dev):
     """The sequential backward's recompute from checkpoints equals a save-all forward, bitwise;
     gradients are bitwise identical for every checkpoint interval."""
-    from torch_semimarkov.streaming.kernels import launch, plan as plan_mod
-    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch, plan as plan_mod
+    from torch_semimarkov.engines.triton.recompute import recompute_forward_state
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     cases = [((6, 700, 24, 8, 41), dict(lengths="ragged", proj=True), False),
              ((6, 700, 24, 8, 41), dict(lengths="ragged", proj=True), True),  # memory ring

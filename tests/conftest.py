@@ -21,7 +21,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # one pytest-xdist worker per core: torch's intra-op threads would only oversubscribe them
     torch.set_num_threads(1)
 
-from torch_semimarkov.streaming.segments import Segment
+from torch_semimarkov.core.segments import Segment
 
 def _cpu_backends():
     from torch_semimarkov.streaming import numba_available

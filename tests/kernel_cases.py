@@ -18,8 +18,8 @@ from conftest import case_id, make_inputs
 
 pytest.importorskip("triton")
 
-from torch_semimarkov.streaming.kernels import launch, plan as plan_mod  # noqa: E402
-from torch_semimarkov.streaming.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines.triton import launch, plan as plan_mod  # noqa: E402
+from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,6 +1,6 @@
 """torch.compile, torch.export and host synchronisation.
 
-The engine runs as opaque operators (``torch.ops.torch_semimarkov.*``, ``streaming/ops.py``), so a
+The engine runs as opaque operators (``torch.ops.torch_semimarkov.*``, ``torch_semimarkov/ops.py``), so a
 compiler captures a model with the head in one graph: the loss and its gradients equal eager ones,
 changing the lengths or T does not recompile, ``torch.export`` captures decoding, and with
 ``validate=False`` a training step reads nothing back from the device. These tests use the
@@ -16,7 +16,8 @@ from torch._dynamo.utils import counters
 
 from conftest import CPU_BACKENDS, assert_close
 from torch_semimarkov import SemiMarkovCRFHead, semi_crf_streaming_forward
-from torch_semimarkov.streaming import ops
+from torch_semimarkov import ops
+from torch_semimarkov.core.cumsum import cumsum_time
 
 
 class _Model(torch.nn.Module):
@@ -185,7 +186,7 @@ _READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 
 #: the CPU engines' own code (it reads lengths on the host; the Triton engine reads nothing back,
 #: which the GPU test checks with torch.cuda.set_sync_debug_mode)
-_CPU_ENGINE_FILES = ("pytorch_reference.py", "numba_engine.py", "numba_direct.py", "numba_factored.py")
+_CPU_ENGINE_FILES = ("torch/reference.py", "numba/engine.py", "numba/direct.py", "numba/factored.py")
 
 
 @pytest.fixture
@@ -245,9 +246,9 @@ def test_operators_pass_opcheck(backend):
                                                None, save), test_utils=checks)
     torch.library.opcheck(ops.viterbi_op, (cum, tr, db, lengths, K, ps, None, backend, True, None, None),
                           test_utils=checks)
-    torch.library.opcheck(ops.cumsum_time, (ps.clone().requires_grad_(True),), test_utils=checks)
+    torch.library.opcheck(cumsum_time, (ps.clone().requires_grad_(True),), test_utils=checks)
     x = ps.clone().requires_grad_(True)
-    assert torch.autograd.gradcheck(ops.cumsum_time, (x,))
+    assert torch.autograd.gradcheck(cumsum_time, (x,))
 
 
 def test_operator_validates_inside():

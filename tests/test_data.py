@@ -16,7 +16,7 @@ from torch_semimarkov.data import (
     sample_sequence,
 )
 from torch_semimarkov.metrics import SegmentationMetrics, boundary_counts, f1_from_counts, segment_counts
-from torch_semimarkov.streaming.segments import labels_to_segments
+from torch_semimarkov.core.segments import labels_to_segments
 
 
 def test_deterministic_and_prefix_stable():

@@ -7,7 +7,7 @@ import torch
 
 from conftest import CPU_BACKENDS, make_inputs
 from torch_semimarkov import SemiMarkovCRFHead, Segment, ViterbiResult, semi_crf_streaming_viterbi
-from torch_semimarkov.streaming.segments import labels_to_segments, segment_tensors
+from torch_semimarkov.core.segments import labels_to_segments, segment_tensors
 
 
 def _segments_from_tensors(res):

@@ -5,8 +5,10 @@ import sys
 import pytest
 import torch
 
-import torch_semimarkov.streaming.autograd as dispatch
-import torch_semimarkov.streaming.backends as backends
+import torch_semimarkov.engines.select as backends
+import torch_semimarkov.streaming.autograd as api
+from torch_semimarkov.core.validation import validate_streaming_inputs
+from torch_semimarkov.engines.interface import ENGINES, NumbaEngine, TorchEngine, TritonEngine
 from conftest import CPU_BACKENDS, assert_close, make_inputs
 from torch_semimarkov import (
     SemiMarkovCRFHead,
@@ -30,21 +32,21 @@ def small_inputs():
 
 
 def test_broken_kernel_module_warns_and_falls_back(monkeypatch):
-    monkeypatch.setattr(dispatch, "_TRITON", None)
+    monkeypatch.setattr(backends, "_TRITON", None)
     # a None entry makes importing the module fail, as a broken install would
-    monkeypatch.setitem(sys.modules, "torch_semimarkov.streaming.kernels", None)
+    monkeypatch.setitem(sys.modules, "torch_semimarkov.engines.triton", None)
     with pytest.warns(RuntimeWarning, match="could not be loaded"):
-        assert dispatch.triton_available() is False
+        assert backends.triton_available() is False
     out = semi_crf_streaming_forward(**small_inputs())
     assert torch.isfinite(out).all()
 
 
 def test_cpu_tensors_never_take_the_triton_path():
-    inp = dispatch.validate_streaming_inputs(*small_inputs().values())
-    assert dispatch._function_for(inp, use_triton=True) is not dispatch.SemiCRFStreamingTriton
-    want = dispatch.SemiCRFStreamingNumba if backends.numba_available() else dispatch.SemiCRFStreaming
-    assert dispatch._function_for(inp, use_triton=True) is want
-    assert dispatch._function_for(inp, use_triton=False, backend="torch") is dispatch.SemiCRFStreaming
+    inp = validate_streaming_inputs(*small_inputs().values())
+    assert ENGINES[backends.backend_for(inp, use_triton=True)] is not TritonEngine
+    want = NumbaEngine if backends.numba_available() else TorchEngine
+    assert ENGINES[backends.backend_for(inp, use_triton=True)] is want
+    assert ENGINES[backends.backend_for(inp, use_triton=False, backend="torch")] is TorchEngine
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
@@ -73,7 +75,7 @@ def test_missing_numba_falls_back_under_auto_and_raises_when_named(monkeypatch):
 
 def test_numba_not_importable_falls_back_to_the_pytorch_path(monkeypatch):
     monkeypatch.setattr(backends, "_NUMBA", None)
-    monkeypatch.setitem(sys.modules, "torch_semimarkov.streaming.numba_engine", None)
+    monkeypatch.setitem(sys.modules, "torch_semimarkov.engines.numba.engine", None)
     assert backends.numba_available() is False  # an ImportError: numba is simply not installed
     assert torch.isfinite(semi_crf_streaming_forward(**small_inputs())).all()
 
@@ -104,13 +106,13 @@ def test_every_cpu_backend_gives_the_same_answers(backend):
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_head_passes_the_backend_through(backend, monkeypatch):
     seen = []
-    real = dispatch._backend_for
+    real = backends.backend_for
 
-    def spy(inp, use_triton, b):
+    def spy(inp, use_triton=True, b="auto"):
         seen.append(b)
         return real(inp, use_triton, b)
 
-    monkeypatch.setattr(dispatch, "_backend_for", spy)
+    monkeypatch.setattr(api, "backend_for", spy)
     torch.manual_seed(0)
     head = SemiMarkovCRFHead(3, 4, hidden_dim=5, backend=backend)
     h, lengths = torch.randn(2, 9, 5), torch.tensor([9, 6])

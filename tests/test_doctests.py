@@ -7,10 +7,10 @@ import pytest
 
 MODULES = [
     "torch_semimarkov.streaming.autograd",
-    "torch_semimarkov.streaming.pytorch_reference",
-    "torch_semimarkov.streaming.numba_engine",
-    "torch_semimarkov.streaming.segments",
-    "torch_semimarkov.streaming.validation",
+    "torch_semimarkov.engines.torch.reference",
+    "torch_semimarkov.engines.numba.engine",
+    "torch_semimarkov.core.segments",
+    "torch_semimarkov.core.validation",
     "torch_semimarkov.nn",
     "torch_semimarkov.durations",
     "torch_semimarkov.data",

@@ -21,7 +21,7 @@ from torch_semimarkov.genomics.sensors import (
     readings,
     reverse_complement,
 )
-from torch_semimarkov.gold import gold_score
+from torch_semimarkov.core.gold import gold_score
 
 pytest.importorskip("numba")
 

@@ -40,7 +40,7 @@ def _cuda(inp, dtype=torch.float32):
 
 
 def _plan(v, semiring, parallel):
-    from torch_semimarkov.streaming.kernels import launch
+    from torch_semimarkov.engines.triton import launch
 
     try:
         p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=parallel)
@@ -52,8 +52,8 @@ def _plan(v, semiring, parallel):
 
 
 def _triton(inp, parallel):
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     v = validate_streaming_inputs(**inp)
     plan = _plan(v, "log", parallel)
@@ -63,8 +63,8 @@ def _triton(inp, parallel):
 
 
 def _reference(inp):
-    from torch_semimarkov.streaming import pytorch_reference as ref
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.torch import reference as ref
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     v = validate_streaming_inputs(**inp)
     common = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K)
@@ -87,9 +87,9 @@ def test_forward_backward_match_float64_reference(case, parallel):
 @pytest.mark.parametrize("parallel", ENGINES, ids=["sequential", "parallel"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_viterbi_matches_float64_reference(case, parallel):
-    from torch_semimarkov.streaming import pytorch_reference as ref
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.torch import reference as ref
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     B, T, K, C, lens, proj, kcc = case
     inp = make_inputs(B, T, K, C, dtype=torch.float64, seed=8, lengths=lens, proj=proj, duration_transitions=kcc)
@@ -104,7 +104,7 @@ def test_viterbi_matches_float64_reference(case, parallel):
         # exact ties (same-label neighbours swapping durations) break differently in float32: the
         # segmentation found must score the best score
         from torch_semimarkov.oracle import segmentation_score
-        from torch_semimarkov.streaming.segments import segments_from_boundaries
+        from torch_semimarkov.core.segments import segments_from_boundaries
 
         for b, L in enumerate(v.lengths.tolist()):
             segs = segments_from_boundaries(labels[b].cpu().numpy(), starts[b].cpu().numpy(), L)
@@ -146,9 +146,9 @@ def test_checkpointed_recompute_is_bitwise_and_interval_independent(kcc):
     """The sequential backward recomputes every position from the forward's checkpoints: the
     recomputed state equals a save-all forward bitwise, so the gradients do not depend on the
     interval."""
-    from torch_semimarkov.streaming.kernels import launch
-    from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton.recompute import recompute_forward_state
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     inp = _cuda(make_inputs(4, 600, 16, 6, dtype=torch.float32, seed=11, lengths="ragged", proj="both",
                             duration_transitions=kcc))
@@ -341,7 +341,7 @@ def test_masks_on_the_blocked_engine_equal_the_float64_path():
     segment limits): masked log Z, its gradients and the constrained Viterbi against the float64
     PyTorch path on the CPU."""
     from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi
-    from torch_semimarkov.streaming.kernels.plan import masked_plan
+    from torch_semimarkov.engines.triton.plan import masked_plan
 
     B, T, K, C = 2, 1500, 300, 40
     assert masked_plan(B, T, K, C, blocked=True).kind == "mem"

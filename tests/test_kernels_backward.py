@@ -9,8 +9,8 @@ import torch
 from conftest import assert_close, make_inputs
 from kernel_cases import CASES, IDS, adversarial, cpu, inputs, run_backward, run_forward, validated
 from torch_semimarkov.oracle import naive_marginals, naive_semi_crf
-from torch_semimarkov.streaming.kernels import launch, parallel
-from torch_semimarkov.streaming.kernels.recompute import recompute_forward_state
+from torch_semimarkov.engines.triton import launch, parallel
+from torch_semimarkov.engines.triton.recompute import recompute_forward_state
 
 
 def _oracle_param_grads(inp):
@@ -48,7 +48,7 @@ def test_backward_matches_oracle(case, ring, engine):
 
 
 def test_backward_matches_streaming_reference(ring, engine):
-    ref = pytest.importorskip("torch_semimarkov.streaming.pytorch_reference")
+    ref = pytest.importorskip("torch_semimarkov.engines.torch.reference")
     inp = inputs(CASES[6], dtype=torch.float64, seed=4)
     v = validated(inp)
     z_ref, ring_ck, interval, norms = ref.semi_crf_streaming_forward_pytorch(
@@ -84,7 +84,7 @@ def test_forbidden_transitions_and_long_sequence_backward(ring, engine):
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 def test_parallel_backward_is_exact_on_models_that_never_converge(kind, kcc, monkeypatch):
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
     inp = adversarial(kind, 2, 48 if not kcc else 36, 6 if not kcc else 4, 3, kcc=kcc)

@@ -11,8 +11,8 @@ import torch
 from conftest import assert_close
 from kernel_cases import CASES, IDS, adversarial, cpu, inputs, validated
 from torch_semimarkov.oracle import naive_semi_crf
-from torch_semimarkov.streaming.kernels import launch, parallel
-from torch_semimarkov.streaming.kernels import plan as plan_mod
+from torch_semimarkov.engines.triton import launch, parallel
+from torch_semimarkov.engines.triton import plan as plan_mod
 from test_kernels_traceback import _check as check_viterbi
 
 CC_CASES = [c for c in CASES if not c[-1]]

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from torch_semimarkov.streaming import distribution as dist
-from torch_semimarkov.streaming.kernels import HAS_TRITON
-from torch_semimarkov.streaming.validation import validate_streaming_inputs
+from torch_semimarkov.engines.triton import HAS_TRITON
+from torch_semimarkov.core.validation import validate_streaming_inputs
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton")
 
@@ -46,7 +46,7 @@ def _same(a, b):
     (False, False, False, False), (True, True, False, False), (False, True, True, False), (True, False, True, False),
     (False, True, True, True)])
 def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked, factored_off):
-    from torch_semimarkov.streaming.kernels.dense import run_dense
+    from torch_semimarkov.engines.triton.dense import run_dense
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     m = _model(3, 11, 4, 3, direct, proj, masked, 0, device)
@@ -88,7 +88,7 @@ def test_dense_entropies_do_not_depend_on_the_size_of_the_scores(direct, factore
     score at a position grows by the same constant (here 1e4: prefix scores of 3e5): the
     expectation kernels normalise their weights, so the rounding of the log-sum-exp does not
     multiply the expected scores."""
-    from torch_semimarkov.streaming.kernels.dense import run_dense
+    from torch_semimarkov.engines.triton.dense import run_dense
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = None

@@ -13,7 +13,7 @@ from kernel_cases import DEVICE, cpu, recording_engine
 from test_kernels_masks import _inputs, _masks, _restricted
 from torch_semimarkov import semi_crf_streaming_entropy
 from torch_semimarkov.streaming import distribution
-from torch_semimarkov.streaming.kernels import plan as plan_mod
+from torch_semimarkov.engines.triton import plan as plan_mod
 
 F64 = torch.float64
 
@@ -161,7 +161,7 @@ def test_entropy_recurrences_take_the_fewest_warps_that_hold_their_ring(monkeypa
     """2 warps for a 64 x 32 ring (the log Z kernels take 4), 4 for 128 x 32 (on 2 the entropy
     steps spill registers), 8 for 256 x 32; ENTROPY_WARPS overrides the rule."""
     pytest.importorskip("triton")
-    from torch_semimarkov.streaming.kernels import entropy as ek
+    from torch_semimarkov.engines.triton import entropy as ek
 
     def warps(K, C):
         return ek.entropy_warps(plan_mod.masked_plan(1, 100_000, K, C))

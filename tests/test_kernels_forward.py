@@ -8,7 +8,7 @@ import torch
 from conftest import assert_close, make_inputs
 from kernel_cases import CASES, IDS, adversarial, cpu, inputs, run_forward, validated
 from torch_semimarkov.oracle import naive_semi_crf
-from torch_semimarkov.streaming.kernels import launch, parallel
+from torch_semimarkov.engines.triton import launch, parallel
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -43,7 +43,7 @@ def test_forbidden_transitions_and_long_sequence_stay_finite(ring, engine):
 def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring, kcc, monkeypatch):
     """Chunks that never converge within their length hand their true state on (repair): the
     result is the sequential kernel's, and every position's state too."""
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
     inp = adversarial(kind, 2, 60 if not kcc else 36, 6 if not kcc else 4, 3, kcc=kcc)
@@ -75,7 +75,7 @@ def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring,
 
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 def test_parallel_forward_is_deterministic(kcc, monkeypatch):
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
     inp = make_inputs(3, 50 if not kcc else 30, 4 if not kcc else 3, 3, dtype=torch.float32, seed=9,
@@ -88,7 +88,7 @@ def test_parallel_forward_is_deterministic(kcc, monkeypatch):
 
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 def test_fix_up_stats_report_convergence(kcc, monkeypatch):
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 16)
     inp = make_inputs(1, 80, 3, 4, dtype=torch.float32, seed=10, scale=2.0, duration_transitions=kcc)

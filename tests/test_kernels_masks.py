@@ -14,7 +14,7 @@ from kernel_cases import DEVICE, cpu, recording_engine
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
 from torch_semimarkov.oracle import enumerate_segmentations, segmentation_allowed
 from torch_semimarkov.streaming import distribution
-from torch_semimarkov.streaming.kernels import plan as plan_mod
+from torch_semimarkov.engines.triton import plan as plan_mod
 
 F64 = torch.float64
 
@@ -211,7 +211,7 @@ def test_engine_limits_kernel(monkeypatch, K):
     """The limits kernel (blocks of 16 positions here): every segment of at most K positions is
     allowed by its limits iff the masks allow it; its limits are never tighter than the exact
     ones; the flags mark every position where the exact limits move, and every forbidden start."""
-    from torch_semimarkov.streaming.kernels import limits
+    from torch_semimarkov.engines.triton import limits
     monkeypatch.setattr(limits, "LIMITS_BLOCK", 16)
     B, T, C = 3, 75, 3
     lm, bm = _masks(8, B, T, C)

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from torch_semimarkov.streaming.kernels.plan import make_plan  # noqa: E402
+from torch_semimarkov.engines.triton.plan import make_plan  # noqa: E402
 
 
 def test_long_sequences_in_small_batches_run_parallel_over_time():

@@ -23,10 +23,10 @@ import torch
 from conftest import assert_close, make_inputs
 from kernel_cases import DEVICE, adversarial, cpu, validated
 from torch_semimarkov import semi_crf_streaming_sample
-from torch_semimarkov.gold import gold_score
+from torch_semimarkov.core.gold import gold_score
 from torch_semimarkov.oracle import enumerate_segmentations
 from torch_semimarkov.streaming import distribution
-from torch_semimarkov.streaming.kernels import launch, parallel, plan as plan_mod
+from torch_semimarkov.engines.triton import launch, parallel, plan as plan_mod
 
 F64 = torch.float64
 

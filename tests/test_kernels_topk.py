@@ -69,10 +69,10 @@ def test_in_edges_kernel_equals_the_pytorch_selection(K, k, ties, C):
     forward of the engine: deficits, durations and predecessor labels; with integer scores
     (many equal deficits) the same edges (ties by duration, then predecessor rank); C > k + 1:
     the predecessor lists are cut short."""
-    from torch_semimarkov.streaming import kbest
-    from torch_semimarkov.streaming.kernels import launch, parallel
-    from torch_semimarkov.streaming.kernels.plan import masked_plan
-    from torch_semimarkov.streaming.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import topk as kbest
+    from torch_semimarkov.engines.triton import launch, parallel
+    from torch_semimarkov.engines.triton.plan import masked_plan
+    from torch_semimarkov.core.validation import validate_streaming_inputs
 
     g = torch.Generator().manual_seed(33 + K)
     B, T = 2, 17

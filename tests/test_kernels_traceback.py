@@ -11,8 +11,8 @@ import torch
 from conftest import assert_close
 from kernel_cases import CASES, IDS, adversarial, cpu, inputs, run_viterbi, validated
 from torch_semimarkov.oracle import naive_semi_crf_viterbi, segmentation_score
-from torch_semimarkov.streaming.kernels import launch
-from torch_semimarkov.streaming.segments import segments_from_boundaries
+from torch_semimarkov.engines.triton import launch
+from torch_semimarkov.core.segments import segments_from_boundaries
 
 
 def _row(t, b):
@@ -60,7 +60,7 @@ def test_viterbi_ties_break_to_smallest_index(kcc, engine, monkeypatch):
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 def test_parallel_viterbi_equals_sequential_on_adversarial_models(kind, kcc, monkeypatch):
-    from torch_semimarkov.streaming.kernels import plan as plan_mod
+    from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
     inp = adversarial(kind, 3, 64 if not kcc else 40, 6 if not kcc else 4, 3, seed=4, kcc=kcc)

@@ -27,8 +27,8 @@ from torch_semimarkov.streaming import (
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
-from torch_semimarkov.streaming.segments import Segment
-from torch_semimarkov.streaming.validation import validate_streaming_inputs
+from torch_semimarkov.core.segments import Segment
+from torch_semimarkov.core.validation import validate_streaming_inputs
 
 F64 = torch.float64
 NEG = -math.inf
@@ -146,7 +146,7 @@ def test_viterbi_is_a_maximiser_of_the_probability(chunk, backend):
 
 def _triton():
     pytest.importorskip("triton")
-    from torch_semimarkov.streaming.kernels import launch
+    from torch_semimarkov.engines.triton import launch
 
     return launch
 

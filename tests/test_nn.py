@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from torch_semimarkov.durations import DURATION_NAMES
-from torch_semimarkov.gold import gold_score, labels_to_starts
-from torch_semimarkov.streaming.constants import NEG_INF
+from torch_semimarkov.core.gold import gold_score, labels_to_starts
+from torch_semimarkov.core.constants import NEG_INF
 
 nn_mod = pytest.importorskip("torch_semimarkov.nn", reason="the streaming engine is not importable yet")
 SemiMarkovCRFHead = nn_mod.SemiMarkovCRFHead

@@ -25,15 +25,15 @@ from torch_semimarkov.oracle import (
     naive_semi_crf_viterbi,
     segmentation_score,
 )
-from torch_semimarkov.streaming.pytorch_reference import (
+from torch_semimarkov.engines.torch.reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,
     semi_crf_streaming_viterbi_pytorch,
 )
-from torch_semimarkov.streaming.segments import Segment
+from torch_semimarkov.core.segments import Segment
 
 numba = pytest.importorskip("numba")
-from torch_semimarkov.streaming.numba_engine import (  # noqa: E402
+from torch_semimarkov.engines.numba.engine import (  # noqa: E402
     semi_crf_streaming_backward_numba,
     semi_crf_streaming_forward_numba,
     semi_crf_streaming_viterbi_numba,
@@ -426,7 +426,7 @@ def test_the_engine_leaves_torch_threads_alone():
 
 @pytest.mark.parametrize("dt", [False, True], ids=["CC", "KCC"])
 def test_results_are_bitwise_identical_for_any_thread_count(dt, monkeypatch):
-    import torch_semimarkov.streaming.numba_engine as engine
+    import torch_semimarkov.engines.numba.engine as engine
 
     # run even this small batch on several threads
     monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)

@@ -101,7 +101,7 @@ def test_results_are_bitwise_identical_for_any_thread_count(direct, monkeypatch)
     """The entropy, the cross-entropy and their gradients, bit for bit on 1 and on every numba thread."""
     import numba
 
-    import torch_semimarkov.streaming.numba_engine as engine
+    import torch_semimarkov.engines.numba.engine as engine
     monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)
     kw, leaves = make_inputs(131, B=5, T=40, K=5, C=4, proj=True, direct=direct)
     kw["lengths"] = lengths = torch.tensor([40, 33, 1, 17, 40])
@@ -218,7 +218,7 @@ def test_cross_entropy_is_infinite_where_q_forbids_what_p_allows(direct, forbid)
 def test_auto_takes_the_compiled_engine_on_cpu_tensors(monkeypatch, direct):
     """backend='auto' on CPU tensors ((C, C) or (K, C, C) transition, q with masks) runs
     numba_entropy (entropy and the cross-entropy), with the results of backend='numba' bit for bit."""
-    from torch_semimarkov.streaming import numba_entropy
+    from torch_semimarkov.engines.numba import entropy as numba_entropy
     calls = []
     real = numba_entropy.expected_score_numba
     monkeypatch.setattr(numba_entropy, "expected_score_numba", lambda *a, **k: calls.append(1) or real(*a, **k))

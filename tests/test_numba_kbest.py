@@ -26,7 +26,7 @@ def _assert_same(a, b):
 @pytest.fixture
 def numba_calls(monkeypatch):
     """Counts the calls of the compiled k-best (so a test knows which path ran)."""
-    from torch_semimarkov.streaming import numba_kbest
+    from torch_semimarkov.engines.numba import kbest as numba_kbest
 
     calls = []
     real = numba_kbest.topk_numba

@@ -129,7 +129,7 @@ def test_float32_inputs_and_impossible_masks():
 
 def test_auto_takes_the_compiled_engine_on_cpu_tensors(monkeypatch):
     """``backend="auto"`` runs masks on the compiled engine, ``"torch"`` never."""
-    from torch_semimarkov.streaming import numba_engine
+    from torch_semimarkov.engines.numba import engine as numba_engine
 
     kw, _ = make_inputs(51)
     B, T1, C = kw["cum_scores"].shape

@@ -27,7 +27,7 @@ def _across_threads(fn, kw, leaves, monkeypatch, run=None):
     """fn's value and gradients (or ``run()``'s tensors) with 1, 2 and again 1 engine thread;
     asserts the 2-thread run went through the thread pool. Restores numba's and torch's thread
     counts."""
-    import torch_semimarkov.streaming.numba_engine as engine
+    import torch_semimarkov.engines.numba.engine as engine
 
     monkeypatch.setattr(engine, "_PARALLEL_MIN_WORK", 0)  # small batches run on several threads too
     pools = []

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torch_semimarkov.streaming import Segment, labels_to_segments, segments_to_labels
-from torch_semimarkov.streaming.segments import segments_from_boundaries
+from torch_semimarkov.core.segments import segments_from_boundaries
 
 
 def test_segment_fields_and_duration():

@@ -73,7 +73,7 @@ def fwd(inp, **kw):
 def engine_functions():
     """(forward, backward, viterbi) low-level functions of the running test's backend."""
     if BACKEND == "numba":
-        from torch_semimarkov.streaming import numba_engine as ne
+        from torch_semimarkov.engines.numba import engine as ne
 
         return (ne.semi_crf_streaming_forward_numba, ne.semi_crf_streaming_backward_numba,
                 ne.semi_crf_streaming_viterbi_numba)
@@ -696,7 +696,7 @@ def test_public_names_are_exported():
     for name in ("semi_crf_streaming_forward", "semi_crf_streaming_viterbi", "semi_crf_streaming_marginals",
                  "Segment", "NEG_INF", "labels_to_segments", "segments_to_labels"):
         assert hasattr(torch_semimarkov, name), name
-    from torch_semimarkov.streaming.constants import NEG_INF as neg
+    from torch_semimarkov.core.constants import NEG_INF as neg
 
     assert neg == -1e9
 
@@ -738,8 +738,10 @@ def test_max_semiring_forward_ignores_requires_grad():
                                                for k, v in inp.items()}, semiring="max"))
 
 
-def test_autograd_function_is_the_pytorch_path():
-    assert issubclass(SemiCRFStreaming, torch.autograd.Function)
+def test_public_engine_names_are_the_engines():
+    # the names of earlier releases still name the engines (now plain classes behind the operators)
+    from torch_semimarkov.engines.interface import TorchEngine
+    assert SemiCRFStreaming is TorchEngine and SemiCRFStreaming.backend == "PyTorch"
 
 
 # ---------------------------------------------------------------------------------------------

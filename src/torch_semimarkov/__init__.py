@@ -6,10 +6,10 @@ partial-label (masked) training, on the CPU with
 a compiled engine (numba) or PyTorch, and on NVIDIA GPUs with Triton kernels.
 """
 
-from .crf import SemiMarkovCRF
-from .nn import SemiMarkovCRFHead
-from .scores import cumulative_scores
-from .streaming import (
+from torch_semimarkov.crf import SemiMarkovCRF
+from torch_semimarkov.nn import SemiMarkovCRFHead
+from torch_semimarkov.scores import cumulative_scores
+from torch_semimarkov.streaming import (
     NEG_INF,
     MarginalsResult,
     Segment,

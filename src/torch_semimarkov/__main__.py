@@ -13,14 +13,14 @@ def _info() -> int:
 
     import torch_semimarkov
     from torch_semimarkov.streaming.autograd import triton_available
-    from torch_semimarkov.streaming.backends import numba_available
+    from torch_semimarkov.engines.select import numba_available
 
     print(f"torch-semimarkov {torch_semimarkov.__version__}")
     print(f"torch {torch.__version__}; CUDA available: {torch.cuda.is_available()}; Triton kernels usable: {triton_available()}")
     if numba_available():
         import numba
 
-        from torch_semimarkov.streaming.numba_engine import num_threads
+        from torch_semimarkov.engines.numba.engine import num_threads
 
         print(f"compiled CPU engine: numba {numba.__version__}, {num_threads()} threads (the CPU default)")
     else:
@@ -31,7 +31,7 @@ def _info() -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_semimarkov", description="torch-semimarkov command line")
     sub = parser.add_subparsers(dest="command")
-    from . import demo
+    from torch_semimarkov import demo
 
     demo.build_parser(sub.add_parser("demo", help="train a semi-CRF on synthetic genomics-like data and compare it with a softmax baseline"))
     sub.add_parser("info", help="versions and whether the GPU kernels and the compiled CPU engine are usable")

@@ -34,17 +34,17 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
-from .gold import gold_score, labels_to_starts, segments_to_starts
-from .scores import cumulative_scores
-from .streaming.autograd import (
+from torch_semimarkov.core.gold import gold_score, labels_to_starts, segments_to_starts
+from torch_semimarkov.scores import cumulative_scores
+from torch_semimarkov.streaming.autograd import (
     MarginalsResult,
     ViterbiResult,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
 )
-from .streaming.backends import BACKENDS
-from .streaming.distribution import (
+from torch_semimarkov.engines.select import BACKENDS
+from torch_semimarkov.streaming.distribution import (
     SegmentationSamples,
     TopKResult,
     check_masks,
@@ -53,7 +53,7 @@ from .streaming.distribution import (
     semi_crf_streaming_sample,
     semi_crf_streaming_topk,
 )
-from .streaming.validation import (
+from torch_semimarkov.core.validation import (
     check_input_values,
     debug_checks,
     lengths_from,

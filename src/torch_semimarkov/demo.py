@@ -22,9 +22,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from .data import LABELS, SyntheticGenomicsDataset, collate_segments
-from .metrics import SegmentationMetrics
-from .nn import SemiMarkovCRFHead
+from torch_semimarkov.data import LABELS, SyntheticGenomicsDataset, collate_segments
+from torch_semimarkov.metrics import SegmentationMetrics
+from torch_semimarkov.nn import SemiMarkovCRFHead
 
 __all__ = ["DemoConfig", "CNNEncoder", "BiLSTMEncoder", "run_demo", "build_parser", "main"]
 
@@ -272,8 +272,8 @@ def run_demo(
     train_loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate_segments, generator=g)
     val_loader = DataLoader(val, batch_size=cfg.batch_size, shuffle=False, collate_fn=collate_segments)
 
-    from .streaming.autograd import triton_available
-    from .streaming.backends import numba_available
+    from torch_semimarkov.streaming.autograd import triton_available
+    from torch_semimarkov.engines.select import numba_available
 
     if dev.type == "cuda":
         backend = "Triton kernels" if triton_available() else "PyTorch streaming engine"

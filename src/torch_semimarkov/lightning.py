@@ -27,9 +27,9 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
-from .data import collate_segments
-from .metrics import SegmentationMetrics
-from .nn import SemiMarkovCRFHead
+from torch_semimarkov.data import collate_segments
+from torch_semimarkov.metrics import SegmentationMetrics
+from torch_semimarkov.nn import SemiMarkovCRFHead
 
 try:
     import lightning.pytorch as pl

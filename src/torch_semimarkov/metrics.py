@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 
 import torch
 
-from .streaming.segments import labels_to_segments
+from torch_semimarkov.core.segments import labels_to_segments
 
 __all__ = ["segment_counts", "boundary_counts", "f1_from_counts", "SegmentationMetrics"]
 

@@ -17,25 +17,25 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from .durations import DurationDistribution, make_duration
-from .scores import cumulative_scores
-from .gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
+from torch_semimarkov.durations import DurationDistribution, make_duration
+from torch_semimarkov.scores import cumulative_scores
+from torch_semimarkov.core.gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
                    no_segmentation_message, segments_to_starts)
-from .streaming.ops import checked_nll
-from .crf import SemiMarkovCRF
-from .streaming.autograd import (
+from torch_semimarkov.core.gold import checked_nll
+from torch_semimarkov.crf import SemiMarkovCRF
+from torch_semimarkov.streaming.autograd import (
     MarginalsResult,
     ViterbiResult,
-    _debug,
     semi_crf_streaming_forward,
 )
-from .streaming.distribution import (
+from torch_semimarkov.streaming.distribution import (
     SegmentationSamples,
     TopKResult,
     constrained_log_partition,
 )
-from .streaming.backends import BACKENDS
-from .streaming.validation import check_value_stats, float_inputs, lengths_from, refuse_jit_trace, value_stats
+from torch_semimarkov.engines.select import BACKENDS
+from torch_semimarkov.core.validation import debug_checks as _debug
+from torch_semimarkov.core.validation import check_value_stats, float_inputs, lengths_from, refuse_jit_trace, value_stats
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 
@@ -676,7 +676,7 @@ class SemiMarkovCRFHead(nn.Module):
                                                             zero_infinity)
         else:
             # validate=False, or inside a compiled graph: there the checks run in an opaque
-            # operator (ops.checked_nll) after the loss, at run time, with the eager errors
+            # operator (core.gold.checked_nll) after the loss, at run time, with the eager errors
             if torch.compiler.is_compiling():
                 out = SemiCRFOutput(*self._compiled_partition(hidden_states, lengths, mask))
             else:

@@ -30,8 +30,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .streaming.constants import NEG_INF
-from .streaming.segments import Segment
+from torch_semimarkov.core.constants import NEG_INF
+from torch_semimarkov.core.segments import Segment
 
 __all__ = [
     "BruteForceResult",

@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .streaming.ops import cumsum_time
+from torch_semimarkov.core.cumsum import cumsum_time
 
 __all__ = ["cumulative_scores"]
 

@@ -15,13 +15,13 @@ Reading GenBank files needs Biopython (``pip install "torch-semimarkov[genomics]
 else needs only torch and numpy. The worked example is ``examples/gene_finding/``.
 """
 
-from .evaluate import evaluate_predictions, format_table
-from .feature_crf import FeatureCRF
-from .ghmm import GHMM, GHMMConfig
-from .gff import read_cds, write_gff3
-from .labels import CodonLabels, GeneGrammar
-from .models import CodonCRFTagger, CodonSoftmaxTagger, GeneStructureHead, SemiCRFGeneFinder, build_model
-from .records import Exon, Gene, GenomicRecord
+from torch_semimarkov.genomics.evaluate import evaluate_predictions, format_table
+from torch_semimarkov.genomics.feature_crf import FeatureCRF
+from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
+from torch_semimarkov.genomics.gff import read_cds, write_gff3
+from torch_semimarkov.genomics.labels import CodonLabels, GeneGrammar
+from torch_semimarkov.genomics.models import CodonCRFTagger, CodonSoftmaxTagger, GeneStructureHead, SemiCRFGeneFinder, build_model
+from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord
 
 __all__ = [
     "Exon",

@@ -27,8 +27,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .labels import MIN_INTRON, CodonLabels, GeneGrammar
-from .records import GenomicRecord, UNKNOWN, encode_dna
+from torch_semimarkov.genomics.labels import MIN_INTRON, CodonLabels, GeneGrammar
+from torch_semimarkov.genomics.records import GenomicRecord, UNKNOWN, encode_dna
 
 __all__ = ["Locus", "prepare_loci", "cut_windows", "collate", "window_batches", "locus_batches"]
 

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, List, Mapping, Sequence
 
 import numpy as np
 
-from .records import Gene, GenomicRecord
+from torch_semimarkov.genomics.records import Gene, GenomicRecord
 
 __all__ = ["evaluate_predictions", "format_table", "f1"]
 

@@ -51,11 +51,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..gold import segments_to_starts
-from ..scores import cumulative_scores
-from ..streaming.autograd import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
-from .ghmm import COMPONENTS, GHMM, GHMMFeatures
-from .records import Gene
+from torch_semimarkov.core.gold import segments_to_starts
+from torch_semimarkov.scores import cumulative_scores
+from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
+from torch_semimarkov.genomics.ghmm import COMPONENTS, GHMM, GHMMFeatures
+from torch_semimarkov.genomics.records import Gene
 
 __all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "SEQUENCE_COMPONENTS", "STATIC_COMPONENTS"]
 
@@ -151,7 +151,7 @@ def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gen
                    for part in _PARTS}
     batch = PackedBatch(lengths, T, terms, constraints)
     if genes is not None:
-        from .labels import GeneGrammar
+        from torch_semimarkov.genomics.labels import GeneGrammar
         grammar = grammar or GeneGrammar()
         segs = [grammar.encode(g, f.T, K) for g, f in zip(genes, features)]
         labels, starts = segments_to_starts(segs, lengths.cpu(), T, features[0].C, K)

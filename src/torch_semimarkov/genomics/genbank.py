@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from typing import Dict, List, Optional
 
-from .records import Exon, Gene, GenomicRecord
+from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord
 
 __all__ = ["load_genbank", "load_sequences", "tutorial_data", "TUTORIAL_SUBDIR", "MISSING_DATA_HELP"]
 
@@ -109,7 +109,7 @@ def load_sequences(path: str) -> List[GenomicRecord]:
     with _open(path) as f:
         first = f.read(1)
     if first == ">":
-        from .records import read_fasta
+        from torch_semimarkov.genomics.records import read_fasta
 
         if path.endswith(".gz"):
             with tempfile.NamedTemporaryFile("w", suffix=".fa", delete=False) as tmp, _open(path) as src:

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from typing import Dict, IO, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import unquote
 
-from .records import STOP_CODONS, Exon, Gene
+from torch_semimarkov.genomics.records import STOP_CODONS, Exon, Gene
 
 __all__ = ["write_gff3", "read_cds", "Alternative"]
 

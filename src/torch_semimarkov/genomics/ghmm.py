@@ -51,9 +51,9 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, U
 import numpy as np
 import torch
 
-from .labels import MIN_EXON, MIN_INTRON, GeneGrammar
-from .records import SIGNALS, Gene, GenomicRecord, encode_dna
-from .sensors import ContentSensors, LengthDistribution, SignalSensors
+from torch_semimarkov.genomics.labels import MIN_EXON, MIN_INTRON, GeneGrammar
+from torch_semimarkov.genomics.records import SIGNALS, Gene, GenomicRecord, encode_dna
+from torch_semimarkov.genomics.sensors import ContentSensors, LengthDistribution, SignalSensors
 
 __all__ = [
     "COMPONENTS",
@@ -655,7 +655,7 @@ class GHMM:
     def decode_segments(self, sequence: Union[GenomicRecord, str, np.ndarray],
                         weights: Optional[Mapping[str, float]] = None) -> Tuple[List[Tuple[int, int, int]], float]:
         """The Viterbi segmentation ``[(start, end, label)]`` of one sequence and its score."""
-        from .. import semi_crf_streaming_viterbi
+        from torch_semimarkov import semi_crf_streaming_viterbi
 
         inp = assemble(self.features(sequence), weights)
         out = semi_crf_streaming_viterbi(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K,

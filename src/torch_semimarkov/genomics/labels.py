@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .records import SIGNALS, Exon, Gene
+from torch_semimarkov.genomics.records import SIGNALS, Exon, Gene
 
 __all__ = ["LabelInfo", "GeneGrammar", "CodonLabels", "Interface"]
 

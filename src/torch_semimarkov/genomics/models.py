@@ -43,9 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn import SemiCRFOutput, SemiMarkovCRFHead
-from .labels import CodonLabels, GeneGrammar
-from .records import SIGNALS, Gene, one_hot, signal_violations, stop_codon_tracks
+from torch_semimarkov.nn import SemiCRFOutput, SemiMarkovCRFHead
+from torch_semimarkov.genomics.labels import CodonLabels, GeneGrammar
+from torch_semimarkov.genomics.records import SIGNALS, Gene, one_hot, signal_violations, stop_codon_tracks
 
 __all__ = [
     "DNAEncoder",

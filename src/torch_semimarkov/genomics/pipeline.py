@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .batches import locus_batches, prepare_loci, window_batches
-from .evaluate import evaluate_predictions
-from .models import CodonCRFTagger, SemiCRFGeneFinder, build_model
-from .records import Gene, GenomicRecord
+from torch_semimarkov.genomics.batches import locus_batches, prepare_loci, window_batches
+from torch_semimarkov.genomics.evaluate import evaluate_predictions
+from torch_semimarkov.genomics.models import CodonCRFTagger, SemiCRFGeneFinder, build_model
+from torch_semimarkov.genomics.records import Gene, GenomicRecord
 
 __all__ = ["train_model", "predict_records", "save_checkpoint", "load_checkpoint", "build_model"]
 

@@ -37,7 +37,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .records import UNKNOWN, GenomicRecord, encode_dna
+from torch_semimarkov.genomics.records import UNKNOWN, GenomicRecord, encode_dna
 
 __all__ = [
     "reverse_complement",

@@ -6,33 +6,32 @@ Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
 :func:`semi_crf_streaming_sample` (exact samples) and :func:`semi_crf_streaming_entropy`. See ``docs/internals.md`` for the algorithm.
 """
 
-from .autograd import (
+from torch_semimarkov.streaming.autograd import (
     MarginalsResult,
-    SemiCRFStreaming,
-    SemiCRFStreamingNumba,
-    SemiCRFStreamingTriton,
     ViterbiResult,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
     semi_crf_streaming_viterbi,
-    triton_available,
 )
-from .backends import BACKENDS, numba_available
-from .distribution import (
+from torch_semimarkov.engines.interface import NumbaEngine as SemiCRFStreamingNumba
+from torch_semimarkov.engines.interface import TorchEngine as SemiCRFStreaming
+from torch_semimarkov.engines.interface import TritonEngine as SemiCRFStreamingTriton
+from torch_semimarkov.engines.select import BACKENDS, numba_available, triton_available
+from torch_semimarkov.streaming.distribution import (
     SegmentationSamples,
     TopKResult,
     semi_crf_streaming_entropy,
     semi_crf_streaming_sample,
     semi_crf_streaming_topk,
 )
-from .constants import NEG_INF
-from .pytorch_reference import (
+from torch_semimarkov.core.constants import NEG_INF
+from torch_semimarkov.engines.torch.reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,
     semi_crf_streaming_viterbi_pytorch,
 )
-from .segments import Segment, labels_to_segments, segments_to_labels
-from .validation import validate_streaming_inputs
+from torch_semimarkov.core.segments import Segment, labels_to_segments, segments_to_labels
+from torch_semimarkov.core.validation import validate_streaming_inputs
 
 __all__ = [
     "BACKENDS",

@@ -14,201 +14,13 @@ from typing import List, NamedTuple, Optional
 
 import torch
 
-from .pytorch_reference import (
-    semi_crf_streaming_backward_pytorch,
-    semi_crf_streaming_forward_pytorch,
-    semi_crf_streaming_viterbi_pytorch,
-)
-from .backends import numba_engine, resolve_backend
-from . import ops
-from .segments import Segment, SegmentTensorsMixin, segment_tensors
-from .signature import keyword_options
-from .validation import StreamingInputs, check_input_values, debug_checks, validate_streaming_inputs
-
-_TRITON = None  # the Triton launch module, or False once probed and found unusable
-
-
-def _triton_launchers():
-    """Import the Triton launchers once (the ``kernels.launch`` module); ``False`` when Triton
-    is not usable here."""
-    global _TRITON
-    if _TRITON is None:
-        try:
-            from .kernels import HAS_TRITON
-
-            _TRITON = False
-            if HAS_TRITON:
-                from .kernels import launch
-
-                _TRITON = launch
-        except Exception as exc:  # noqa: BLE001 - a broken install must not break the PyTorch path
-            warnings.warn(
-                f"torch_semimarkov: the Triton kernels could not be loaded ({type(exc).__name__}: {exc}); "
-                "CUDA tensors will use the slower PyTorch path",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            _TRITON = False
-    return _TRITON
-
-
-def triton_available() -> bool:
-    """True when the Triton kernels can be imported (they still need CUDA tensors to run)."""
-    return bool(_triton_launchers())
-
-
-def _backend_for(inp: StreamingInputs, use_triton: bool, backend: str) -> str:
-    """``"triton"``, ``"numba"`` or ``"torch"`` for these inputs (ValueError for an unusable request)."""
-    return _resolve(backend, bool(use_triton), inp.cum_scores.is_cuda)
-
-
-@torch.compiler.assume_constant_result
-def _resolve(backend: str, use_triton: bool, is_cuda: bool) -> str:
-    # a compiler takes the answer as a constant (it depends on what is installed, not on data)
-    return resolve_backend(backend, use_triton, is_cuda, triton_available)
-
-
-_debug = debug_checks
-
-
-def _check_finite(what: str, backend: str, allow_neg_inf: bool = False, **tensors) -> None:
-    for name, t in tensors.items():
-        if t is None:
-            continue
-        ok = torch.isfinite(t)
-        if allow_neg_inf:
-            ok = ok | torch.isneginf(t)
-        if not bool(ok.all()):
-            n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
-            raise RuntimeError(f"Non-finite values in {what} ({backend}): {name} has {n_nan} NaN, {n_inf} Inf")
-
-
-def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
-    """Turn unscaled marginals into gradients of sum_b grad_output[b] * logZ[b]; ``need`` says
-    which of (cum_scores, transition, duration_bias, proj_start, proj_end) to compute (None else)."""
-    B, T1, C = cum_scores.shape
-    go = grad_output.to(p_start.dtype)
-    scale = go.view(B, 1, 1)
-    grad_cum = grad_tr = grad_db = grad_ps = grad_pe = None
-    if need[0]:
-        grad_cum = torch.zeros_like(cum_scores)
-        grad_cum[:, 1:] += p_end
-        grad_cum[:, :-1] -= p_start
-        grad_cum.mul_(scale)
-    go64 = grad_output.to(torch.float64)
-    if need[1]:
-        grad_tr = torch.einsum("b...,b->...", g_tr.to(torch.float64), go64).to(cum_scores.dtype)
-    if need[2]:
-        grad_db = torch.einsum("bkc,b->kc", g_db.to(torch.float64), go64).to(cum_scores.dtype)
-    if need[3]:
-        grad_ps = p_start * scale
-    if need[4]:
-        grad_pe = p_end * scale
-    return grad_cum, grad_tr, grad_db, grad_ps, grad_pe
-
-
-class EngineOptions(NamedTuple):
-    """Launch options of one call (everything but the tensors)."""
-
-    checkpoint_interval: Optional[int] = None
-    num_warps: Optional[int] = None
-    time_parallel: Optional[bool] = None
-
-
-class _StreamingFunction(torch.autograd.Function):
-    """log Z with a hand-written backward, on one backend: the implementation behind the operators
-    ``torch_semimarkov::forward`` / ``::backward`` (:mod:`.ops`). ``_forward_impl`` returns
-    ``(partition, state tensors, extra)``, ``_backward_impl`` turns them back into the unscaled
-    marginals and per-sequence parameter gradients (``need_parameter_grads=False`` lets an engine
-    skip the latter), ``_scale_grads`` into the gradients."""
-
-    backend = "PyTorch"
-
-    @staticmethod
-    def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
-        return _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
-
-    @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        raise NotImplementedError
-
-    @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, extra,
-                       need_parameter_grads=True):
-        raise NotImplementedError
-
-
-class SemiCRFStreaming(_StreamingFunction):
-    """log Z and its backward on the PyTorch path (any device)."""
-
-    backend = "PyTorch"
-
-    @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        partition, ring, interval, norms = semi_crf_streaming_forward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
-        )
-        return partition, (ring, norms), interval
-
-    @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
-                       need_parameter_grads=True):
-        ring, norms = state
-        return semi_crf_streaming_backward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
-        )
-
-
-class SemiCRFStreamingTriton(_StreamingFunction):
-    """log Z and its backward on the Triton path (CUDA tensors); the backward recomputes the
-    forward's :class:`~torch_semimarkov.streaming.kernels.KernelPlan`."""
-
-    backend = "Triton"
-
-    @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        launch = _triton_launchers()
-        plan = launch.plan_for(cum_scores, transition, K, "log", options.num_warps, options.time_parallel,
-                               options.checkpoint_interval)
-        partition, state = launch.launch_forward(cum_scores, transition, duration_bias, lengths, K, "log", proj_start,
-                                                 proj_end, plan=plan, save_for_backward=True)
-        return partition, tuple(state), plan
-
-    @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, plan,
-                       need_parameter_grads=True):
-        launch = _triton_launchers()
-        return launch.launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                      plan=plan, state=launch.ForwardState(*state))
-
-
-class SemiCRFStreamingNumba(_StreamingFunction):
-    """log Z and its backward on the compiled CPU engine (numba, CPU tensors)."""
-
-    backend = "numba"
-
-    @staticmethod
-    def _scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db):
-        return numba_engine().scale_gradients(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
-
-    @staticmethod
-    def _forward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        partition, ring, interval, norms = numba_engine().semi_crf_streaming_forward_numba(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
-        )
-        return partition, (ring, norms), interval
-
-    @staticmethod
-    def _backward_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
-                       need_parameter_grads=True):
-        ring, norms = state
-        return numba_engine().semi_crf_streaming_backward_numba(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end,
-            need_parameter_grads=need_parameter_grads,
-        )
-
-
-_FUNCTIONS = {"triton": SemiCRFStreamingTriton, "numba": SemiCRFStreamingNumba, "torch": SemiCRFStreaming}
+from torch_semimarkov import ops
+from torch_semimarkov.core.cumsum import cumsum_time
+from torch_semimarkov.engines.interface import ENGINES, EngineOptions
+from torch_semimarkov.engines.select import backend_for, triton_available
+from torch_semimarkov.core.segments import Segment, SegmentTensorsMixin, segment_tensors
+from torch_semimarkov.core.signature import keyword_options
+from torch_semimarkov.core.validation import StreamingInputs, check_input_values, debug_checks, validate_streaming_inputs
 
 
 def _check_num_warps(num_warps) -> None:
@@ -216,10 +28,6 @@ def _check_num_warps(num_warps) -> None:
         return
     if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
-
-
-def _function_for(inp: StreamingInputs, use_triton: bool, backend: str = "auto"):
-    return _FUNCTIONS[_backend_for(inp, use_triton, backend)]
 
 
 @keyword_options("semiring", "proj_start", "proj_end", "use_triton", "num_warps", "checkpoint_interval",
@@ -311,7 +119,7 @@ def semi_crf_streaming_forward(
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
-    name = _backend_for(inp, use_triton, backend)
+    name = backend_for(inp, use_triton, backend)
     if needs_grad and semiring == "max":
         if validate or debug_checks():
             check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
@@ -330,7 +138,7 @@ def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, p
                   boundary_mask, validate, backend="auto", use_triton=True):
     """log Z or the best score of the segmentations the masks allow (the engine where it takes the
     masks, else the PyTorch path)."""
-    from . import distribution
+    from torch_semimarkov.streaming import distribution
     if semiring not in ("log", "max"):
         raise ValueError(f"semiring must be one of ('log', 'max'), got {semiring!r}")
     if semiring == "log":
@@ -345,7 +153,7 @@ def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, p
     # the best score, differentiable: the score of the best segmentation (its indicator is the gradient)
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start, proj_end,
                                     check_values=False)
-    from ..gold import gold_score
+    from torch_semimarkov.core.gold import gold_score
     starts = torch.zeros_like(best.labels, dtype=torch.bool)
     rows = torch.repeat_interleave(torch.arange(inp.batch, device=starts.device), best.segment_offsets.diff())
     starts[rows, best.segment_starts] = True
@@ -354,23 +162,6 @@ def _masked_score(cum_scores, transition, duration_bias, lengths, K, semiring, p
                        inp.proj_start, inp.proj_end)
     scores = best.scores.to(score.dtype)
     return torch.where(torch.isfinite(scores), score, scores).to(inp.cum_scores.dtype)
-
-
-def _score_no_grad(inp: StreamingInputs, semiring: str, backend: str, options: EngineOptions, dtype=None):
-    """log Z or the best score alone: no backpointers, nothing kept for a backward pass."""
-    args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, semiring, inp.proj_start, inp.proj_end)
-    with torch.no_grad():
-        if backend == "numba":
-            score = numba_engine().semi_crf_streaming_forward_numba(
-                *args, options.checkpoint_interval, save_for_backward=False)[0]
-        elif backend == "triton":
-            launch = _triton_launchers()
-            plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, semiring, options.num_warps,
-                                   options.time_parallel, options.checkpoint_interval)
-            score = launch.launch_forward(*args, plan=plan, save_for_backward=False)[0]
-        else:
-            score = semi_crf_streaming_forward_pytorch(*args, options.checkpoint_interval)[0]
-    return score.to(dtype or inp.cum_scores.dtype)
 
 
 class _ViterbiScore(torch.autograd.Function):
@@ -556,7 +347,7 @@ def semi_crf_streaming_viterbi(
     """
     _check_num_warps(num_warps)
     if label_mask is not None or boundary_mask is not None:
-        from .distribution import masked_viterbi_on_engine, semi_crf_streaming_topk
+        from torch_semimarkov.streaming.distribution import masked_viterbi_on_engine, semi_crf_streaming_topk
         on_engine = masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                              label_mask, boundary_mask, validate, backend, use_triton)
         if on_engine is not None:
@@ -573,7 +364,7 @@ def semi_crf_streaming_viterbi(
     else:
         inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "max", proj_start,
                                         proj_end, checkpoint_interval, check_values=False)
-    name = _backend_for(inp, use_triton, backend)
+    name = backend_for(inp, use_triton, backend)
     detach = [None if t is None else t.detach()
               for t in (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)]
     with torch.no_grad():
@@ -581,20 +372,6 @@ def semi_crf_streaming_viterbi(
                                                 detach[4], name, bool(validate), num_warps, time_parallel)
     # a sequence with no allowed segmentation (score -inf) has no starts, hence no segments
     return ViterbiResult.from_boundaries(scores, labels, starts, inp.lengths)
-
-
-def _viterbi_impl(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, backend, num_warps,
-                  time_parallel):
-    """(scores, labels, starts) of the best segmentations on one backend (validated inputs)."""
-    args = (cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
-    with torch.no_grad():
-        if backend == "triton":
-            launch = _triton_launchers()
-            plan = launch.plan_for(cum_scores, transition, K, "max", num_warps, time_parallel)
-            return launch.launch_viterbi(*args, plan=plan)
-        if backend == "numba":
-            return numba_engine().semi_crf_streaming_viterbi_numba(*args)
-        return semi_crf_streaming_viterbi_pytorch(*args)
 
 
 class MarginalsResult(NamedTuple):
@@ -678,11 +455,11 @@ def semi_crf_streaming_marginals(
     args = [inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K]
     ps = None if inp.proj_start is None else inp.proj_start.detach()
     pe = None if inp.proj_end is None else inp.proj_end.detach()
-    name = _backend_for(inp, use_triton, backend)
+    name = backend_for(inp, use_triton, backend)
     opts = (checkpoint_interval, num_warps, time_parallel)
     with torch.no_grad():
         if label_mask is not None or boundary_mask is not None:
-            from .distribution import check_masks, constrained_marginals, engine_choice
+            from torch_semimarkov.streaming.distribution import check_masks, constrained_marginals, engine_choice
             if validate or debug_checks():
                 check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
                                    inp.proj_end)
@@ -696,8 +473,8 @@ def semi_crf_streaming_marginals(
             _, _, _, p_start, p_end = ops.backward_op(ones, *args, ps, pe, log_z, state_a, state_b, meta, name,
                                                       *opts, [False, False, False, True, True])
     # cumulative sums in float64: over 10^6 positions float32 would lose ~1e-2
-    starts64 = ops.cumsum_time(p_start.double())
-    ends64 = ops.cumsum_time(p_end.double())
+    starts64 = cumsum_time(p_start.double())
+    ends64 = cumsum_time(p_end.double())
     position = starts64.clone()
     position[:, 1:] -= ends64[:, :-1]
     past_end = torch.arange(position.shape[1], device=position.device)[None, :] >= inp.lengths[:, None]

@@ -38,11 +38,12 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .backends import numba_engine, numba_module, resolve_backend
-from .constants import NEG_INF
-from .segments import Segment, SegmentTensorsMixin, segment_tensors
-from .signature import keyword_options
-from .validation import (BOUNDARY_VALUES, StreamingInputs, check_input_values, debug_checks,
+from torch_semimarkov.engines.interface import scale_grads
+from torch_semimarkov.engines.select import numba_engine, numba_module, resolve_backend
+from torch_semimarkov.core.constants import NEG_INF
+from torch_semimarkov.core.segments import Segment, SegmentTensorsMixin, segment_tensors
+from torch_semimarkov.core.signature import keyword_options
+from torch_semimarkov.core.validation import (BOUNDARY_VALUES, StreamingInputs, check_input_values, debug_checks,
                          validate_streaming_inputs)
 
 __all__ = [
@@ -79,10 +80,10 @@ def _expectation(w: torch.Tensor, val: torch.Tensor, dims) -> torch.Tensor:
 
 def _dense_kernels():
     """The Triton module of these recurrences, or None without Triton."""
-    from .kernels import HAS_TRITON
+    from torch_semimarkov.engines.triton import HAS_TRITON
     if not HAS_TRITON:
         return None
-    from .kernels import dense
+    from torch_semimarkov.engines.triton import dense
     return dense
 
 
@@ -379,7 +380,7 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
 
 
 def _cpu_engine(inp: StreamingInputs, backend: str = "auto"):
-    """The compiled CPU engine (:mod:`.numba_engine`) when a call beyond the plain log Z runs on
+    """The compiled CPU engine (:mod:`torch_semimarkov.engines.numba.engine`) when a call beyond the plain log Z runs on
     it, else None: CPU tensors, ``backend="numba"``, or ``"auto"`` with numba importable (and
     :data:`ENGINE_ON_CPU` off: with it, tests send CPU tensors to the Triton kernels)."""
     if inp.cum_scores.is_cuda or backend not in ("auto", "numba") or (backend == "auto" and ENGINE_ON_CPU):
@@ -396,7 +397,7 @@ def _cpu_limits(inp: StreamingInputs, lm, bm):
 
 
 def _triton_loads() -> bool:
-    from .kernels import HAS_TRITON
+    from torch_semimarkov.engines.triton import HAS_TRITON
     return bool(HAS_TRITON)
 
 
@@ -474,8 +475,8 @@ def _engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: s
     kernel (``kernels/limits.py``); forbidden starts are one of the flags."""
     if (lm is None and bm is None) or engine == "no" or not _engine_takes(inp):
         return None
-    from .kernels.limits import engine_limits
-    from .kernels.plan import masked_plan
+    from torch_semimarkov.engines.triton.limits import engine_limits
+    from torch_semimarkov.engines.triton.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device,
                        blocked=blocked)
     if plan is None:
@@ -490,7 +491,7 @@ class _EngineConstrainedLogZ(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, engine):
-        from .kernels import launch
+        from torch_semimarkov.engines.triton import launch
         plan, masks, ps = engine
         d = lambda t: None if t is None else t.detach()  # noqa: E731
         args = (d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K)
@@ -500,7 +501,7 @@ class _EngineConstrainedLogZ(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .kernels import launch
+        from torch_semimarkov.engines.triton import launch
         args, ps, pe, plan, masks, state, has_ps, has_pe = ctx.stash
         marg = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=masks)
         return _engine_input_grads(ctx, args[0], grad, marg, has_ps, has_pe)
@@ -508,14 +509,13 @@ class _EngineConstrainedLogZ(torch.autograd.Function):
 
 def _engine_input_grads(ctx, cum_scores, grad, marginals, has_ps, has_pe):
     """The gradients of an engine autograd Function whose inputs are ``(cum_scores, transition,
-    duration_bias, proj_start, proj_end, inp, engine)``: log Z's gradient map (``_scale_grads``)
+    duration_bias, proj_start, proj_end, inp, engine)``: log Z's gradient map (``scale_grads``)
     applied to the engine's marginals ``(p_start, p_end, g_tr, g_db)`` (or any weighted
     marginals) times ``grad``, whose non-finite entries count as 0."""
-    from .autograd import _scale_grads
     need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
             has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
     grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
-    return _scale_grads(cum_scores, need, grad, *marginals) + (None, None)
+    return scale_grads(cum_scores, need, grad, *marginals) + (None, None)
 
 
 def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
@@ -534,7 +534,7 @@ def masked_viterbi_on_engine(cum_scores, transition, duration_bias, lengths, K, 
     engine = _engine_masks(inp, lm, bm, "max", choice)
     if engine is None:
         return None
-    from .kernels import launch
+    from torch_semimarkov.engines.triton import launch
     plan, masks, ps = engine
     d = lambda t: None if t is None else t.detach()  # noqa: E731
     with torch.no_grad():
@@ -712,7 +712,7 @@ def constrained_marginals(inp: StreamingInputs, label_mask, boundary_mask, engin
         return state[0].to(inp.cum_scores.dtype), p_start, p_end
     engine = _engine_masks(inp, label_mask, boundary_mask, engine=engine)
     if engine is not None:
-        from .kernels import launch
+        from torch_semimarkov.engines.triton import launch
         plan, masks, ps = engine
         with torch.no_grad():
             args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
@@ -831,8 +831,8 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
     cumulative values, which would cost float64 digits at long T), expected transition and
     duration counts times their scores, and the projections. The value only: its gradient needs
     the expectation semiring, which the engine's kernels do not run."""
-    from . import ops
-    from .kernels import launch
+    from torch_semimarkov import ops
+    from torch_semimarkov.engines.triton import launch
     if engine == "no" or not _engine_takes(inp):
         return None
     masks = None
@@ -878,7 +878,7 @@ class _EngineEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, engine):
-        from .kernels.entropy import launch_entropy
+        from torch_semimarkov.engines.triton.entropy import launch_entropy
         plan, masks, ps = engine
         d = lambda t: None if t is None else t.detach()  # noqa: E731
         H, *q = launch_entropy(d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K, d(ps),
@@ -900,7 +900,7 @@ def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
         return _engine_masks(inp, lm, bm, engine=engine, blocked=False)
     if engine == "no" or not _engine_takes(inp):
         return None
-    from .kernels.plan import masked_plan
+    from torch_semimarkov.engines.triton.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device)
     if plan is None:
         _refuse(engine, "the entropy's gradient")
@@ -909,7 +909,7 @@ def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
 
 
 class _NumbaEntropy(torch.autograd.Function):
-    """The entropy and its gradient on the compiled CPU engine (:mod:`.numba_entropy`, a (C, C) or
+    """The entropy and its gradient on the compiled CPU engine (:mod:`torch_semimarkov.engines.numba.entropy`, a (C, C) or
     (K, C, C) transition): the forward runs both passes when a gradient is needed and keeps the weighted
     marginals; the backward scales them."""
 
@@ -955,7 +955,7 @@ def semi_crf_streaming_entropy(
     With masks, the entropy of the distribution restricted to the allowed segmentations.
 
     Paths: CPU tensors with a (C, C) or (K, C, C) transition take the compiled CPU engine
-    (``backend="auto"`` or ``"numba"``; float64, :mod:`.numba_entropy`, the same recurrences
+    (``backend="auto"`` or ``"numba"``; float64, :mod:`torch_semimarkov.engines.numba.entropy`, the same recurrences
     compiled, 100x+ faster, with the scores taken relative to a per-position reference so that
     cumulative scores of 1e6 cost no precision). CUDA tensors with a (C, C) transition take the
     engine's float32 kernels. Without a gradient (or under ``torch.no_grad()``: uncertainty for
@@ -1035,7 +1035,7 @@ class _NegExpectedScore(torch.autograd.Function):
 
 
 class _NumbaNegExpectedScore(torch.autograd.Function):
-    """``-E_p[score_q]`` on the compiled CPU engine (:mod:`.numba_entropy`; (C, C) or (K, C, C)
+    """``-E_p[score_q]`` on the compiled CPU engine (:mod:`torch_semimarkov.engines.numba.entropy`; (C, C) or (K, C, C)
     transitions, masks on either model): p's gradient from the weighted marginals, q's from p's
     marginals mapped through q's terms (the first segment's share by q's softmax)."""
 
@@ -1053,14 +1053,13 @@ class _NumbaNegExpectedScore(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .autograd import _scale_grads
         p_args, q_args, (plain, weighted) = ctx.stash
         need = ctx.needs_input_grad
         grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad)).to(torch.float64)
         has = lambda a: (a[5] is not None, a[6] is not None)  # noqa: E731
-        g_p = _scale_grads(p_args[0], (need[0], need[1], need[2], need[3] and has(p_args)[0],
+        g_p = scale_grads(p_args[0], (need[0], need[1], need[2], need[3] and has(p_args)[0],
                                        need[4] and has(p_args)[1]), -grad, *weighted)
-        g_q = _scale_grads(q_args[0], (need[5], need[6], need[7], need[8] and has(q_args)[0],
+        g_q = scale_grads(q_args[0], (need[5], need[6], need[7], need[8] and has(q_args)[0],
                                        need[9] and has(q_args)[1]), -grad, *plain)
         return g_p + g_q + (None, None, None, None)
 
@@ -1203,7 +1202,7 @@ def _fill_past_length(labels, lengths):
 def _engine_takes(inp: StreamingInputs) -> bool:
     """The engine's kernels can run this call: Triton, CUDA tensors (or :data:`ENGINE_ON_CPU`)
     and a (C, C) transition."""
-    from .kernels import HAS_TRITON
+    from torch_semimarkov.engines.triton import HAS_TRITON
     return HAS_TRITON and (inp.cum_scores.is_cuda or ENGINE_ON_CPU) and not inp.duration_transitions
 
 
@@ -1242,8 +1241,8 @@ def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offse
 def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "SegmentationSamples":
     """Engine sampling: one forward keeping every position's ``alpha_hat`` / ``U_hat`` and
     frames, then ``num_samples·B`` walks by the chunked, merging walk (``sample_chunked``)."""
-    from .kernels import launch, parallel
-    from .kernels.plan import _sms
+    from torch_semimarkov.engines.triton import launch, parallel
+    from torch_semimarkov.engines.triton.plan import _sms
 
     S, B, T, K = num_samples, inp.batch, inp.T, inp.K
     dev = inp.cum_scores.device
@@ -1315,7 +1314,7 @@ def semi_crf_streaming_sample(
     at t from ``alpha_t(c') + Tr[c', c]``, then its duration k from the prefix sums of every
     duration, by the inverse CDF with two uniforms per position (drawn from ``generator``,
     float64, (S·B, T+1, 2)). The draws are exact (no perturbation, no MCMC). On CPU tensors the
-    compiled engine (numba, :mod:`.numba_sample`) runs the same walk on the same uniforms, so it
+    compiled engine (numba, :mod:`torch_semimarkov.engines.numba.sample`) runs the same walk on the same uniforms, so it
     returns the same samples as ``backend="torch"``; on CUDA tensors (a (C, C) transition, no
     masks) the engine's forward and a Triton walk, parallel over samples, sequences and chunks of
     positions, do the same with float32 uniforms.
@@ -1399,7 +1398,7 @@ def semi_crf_streaming_sample(
 def _topk_on_engine(inp: StreamingInputs, k: int) -> Optional["TopKResult"]:
     """The k best segmentations by sidetracks over the engine's Viterbi (:mod:`.kbest`), with
     scores recomputed exactly from the segments; None where the engine cannot run."""
-    from .kbest import topk_on_engine
+    from torch_semimarkov.engines.triton.topk import topk_on_engine
     out = topk_on_engine(inp, k)
     if out is None:
         return None
@@ -1454,7 +1453,7 @@ def semi_crf_streaming_topk(
             starts at t (partial annotations, known landmarks).
         backend: ``"auto"`` (default: the engine's kernels where they take the call, i.e. CUDA
             tensors, Triton and a (C, C) transition; on CPU tensors with numba installed the
-            compiled CPU engine, :mod:`.numba_kbest`, which runs this recurrence with the same
+            compiled CPU engine, :mod:`torch_semimarkov.engines.numba.kbest`, which runs this recurrence with the same
             scores, labels and ties, masks and both transition shapes included; else the float64
             PyTorch path), ``"triton"`` (the kernels; ``ValueError`` where they cannot take it),
             ``"torch"`` (the float64 PyTorch path, the reference) or ``"numba"`` (CPU tensors: the
@@ -1489,7 +1488,7 @@ def semi_crf_streaming_topk(
     with torch.no_grad():
         model = _Model(inp, lm, bm)
         eng = _cpu_engine(inp, backend) and numba_module("kbest")
-        if eng:  # CPU tensors: this recurrence, compiled (numba_kbest.py), the same results
+        if eng:  # CPU tensors: this recurrence, compiled (engines/numba/kbest.py), the same results
             scores, labels, starts = eng.topk_numba(model, k)
             return TopKResult(scores.to(inp.cum_scores.dtype), labels, starts, model.lengths)
         B, C, Kd, T = model.B, model.C, model.K, model.T

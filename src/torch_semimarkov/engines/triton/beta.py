@@ -1,0 +1,731 @@
+"""Beta kernels: the backward recurrence of ``docs/internals.md`` §3, sequential and time-parallel.
+
+Each stores ``Y_t = pe_{t-1} + beta_t`` (B, T+1, C) relative to a float64 frame ``G_t``, the
+layout the marginal kernels (``marginals.py``) read. A normaliser never shifts by an impossible
+value (``possible_shift``), so an infeasible suffix costs no precision.
+
+Sequential, one program per sequence from t = L down to 0: ``_beta_factored_reg_kernel`` (ring of
+Y rows in registers, :func:`beta_step`; also the backward's own log Z = LSE_c(u_0 + v_0)),
+``_beta_factored_kernel`` (ring read from memory) and ``_beta_duration_tr_kernel`` ((K, C, C)
+transitions, which also writes P_end).
+
+Time-parallel, ``_beta_reg_chunks_kernel``: the forward's chunk, fix-up and repair scheme
+(``forward.py``) run in reverse. Chunk j owns rows (a_j, b_j]. Its spec run starts at b_j from
+"the sequence ends here" (beta = 0, no segment crosses b_j; the last chunk from the truth,
+beta_L = 0), its fix-up from the end state of chunk j+1 (the state at a_{j+1} = b_j), and the
+repair walks the chunks from the last to the first. The rows compared are the Y rows: beta at s
+depends only on Y_{s+1} .. Y_{s+K}. Offsets are suffix sums (``parallel.py``).
+"""
+
+from __future__ import annotations
+
+from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noqa: F401
+
+if HAS_TRITON:
+    from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+
+    @triton.jit
+    def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
+                  tr, d0, db_ptr, C, oj, oc, mc,
+                  K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr, REBASE: tl.constexpr,
+                  me=None, fl=0, HAS_MASK: tl.constexpr = False):
+        """One position of the beta recurrence with its ring of Y rows in registers.
+
+        Slot j holds position p = j (mod K_PAD) as ``Y_p + (S_p - S_ref)`` in frame ``rfr``; at step
+        s its duration is ``((j - s - 1) mod K_PAD) + 1``. From ``beta`` (beta_hat_{s+1}, frame G)
+        forms Y_{s+1}, pushes it into the ring and returns beta_hat_s, normalised by the maximum of
+        beta_hat_{s+1}. Returns the new state and ``(y, G_t, lse)``: Y_hat_{s+1} in frame ``G_t``
+        and ``lse_s = LSE_k D[k-1] + Y_{s+k} + S_{s+k} - S_s`` in that frame.
+
+        HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``me`` (C_PAD,)
+        int32 the largest allowed end of a segment starting at s, per label. The limit only shrinks as s goes
+        down, so the ring entries it excludes are dropped once, when it moves; a forbidden start
+        s makes lse_s impossible (as an impossible ``proj_start`` would).
+        """
+        t = s + 1
+        t32 = tl.cast(t, tl.int32)
+        kj = ((oj - t32) & (K_PAD - 1)) + 1
+        vj = (kj >= 2) & (kj <= tl.minimum(L - s, k_max))
+        drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
+                       other=MASK).to(tl.float32)
+        if HAS_MASK:
+            if (fl & 2) != 0:
+                ring = tl.where((s + kj)[:, None] <= me[None, :], ring, MASK)
+        # k >= 2 part of lse_s (ring rows of positions s+2 .. s+K), frame G_{s+1}
+        xk = ring + drot + (rfr - G).to(tl.float32)[:, None]
+        pm = tl.max(xk, 0)
+        psum = tl.sum(tl.exp(xk - pm[None, :]), 0)
+        plse = tl.where(psum > 0, pm + log_(tl.where(psum > 0, psum, 1.0)), MASK)
+        # Y_t = pe_{t-1} + beta_t, frame G_t (critical path: beta -> Y_t -> lse_s -> beta_s)
+        y = tl.where(mc, beta + pe_s, MASK)
+        yr = y + (s_next - s_ref)
+        if HAS_MASK:
+            yr = tl.where(t <= me, yr, MASK)
+        x1 = yr + d0
+        hi = tl.maximum(plse, x1)
+        # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c)
+        lse = hi + log_(1.0 + tl.exp(tl.minimum(plse, x1) - hi)) - (s_s - s_ref)
+        v = lse
+        if HAS_PS:
+            v += ps_s
+        if HAS_MASK:
+            v += tl.where((fl & 4) != 0, MASK, 0.0)
+        v = tl.where(mc, v, MASK)
+        yb = tr + v[None, :]
+        my = tl.max(yb, 1)
+        bs = my + log_(tl.sum(tl.exp(yb - my[:, None]), 1))
+        slot = t32 & (K_PAD - 1)
+        ring = tl.where(oj[:, None] == slot, yr[None, :], ring)
+        rfr = tl.where(oj == slot, G, rfr)
+        G_t = G
+        beta = tl.where(mc, tl.maximum(bs - shift, MASK), MASK)
+        G = G + shift.to(tl.float64)
+        shift = possible_shift(tl.max(beta, 0))
+        if s % REBASE == 0:
+            ring -= (s_s - s_ref)[None, :]
+            s_ref = s_s
+        return ring, rfr, beta, G, shift, s_ref, s_s, y, G_t, lse
+
+    @triton.jit
+    def _load_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+        """ring (K_PAD, C_PAD), beta_hat, the ring's S reference (C_PAD,), ring frames, G."""
+        lj = oj < live * K_PAD
+        lc = oc < live * C_PAD
+        ring = tl.load(e32 + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=MASK)
+        beta = tl.load(e32 + K_PAD * C_PAD + oc, mask=lc, other=MASK)
+        s_ref = tl.load(e32 + K_PAD * C_PAD + C_PAD + oc, mask=lc, other=0.0)
+        rfr = tl.load(e64 + oj, mask=lj, other=0.0)
+        G = tl.sum(tl.load(e64 + K_PAD + oj * 0, mask=(oj == 0) & lj, other=0.0), 0)
+        return ring, beta, s_ref, rfr, G
+
+    @triton.jit
+    def _save_state(e32, e64, live, ring, beta, s_ref, rfr, G, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+        lj = oj < live * K_PAD
+        lc = oc < live * C_PAD
+        tl.store(e32 + oj[:, None] * C_PAD + oc[None, :], ring, mask=lj[:, None] & lc[None, :])
+        tl.store(e32 + K_PAD * C_PAD + oc, beta, mask=lc)
+        tl.store(e32 + K_PAD * C_PAD + C_PAD + oc, s_ref, mask=lc)
+        tl.store(e64 + oj, rfr, mask=lj)
+        tl.store(e64 + K_PAD + oj * 0, tl.zeros([K_PAD], tl.float64) + G, mask=(oj == 0) & lj)
+
+    @triton.jit
+    def _run_chunk(a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
+                   tr, d0, db_ptr, C, oj, oc, mc, TOL, K,
+                   C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                   REBASE: tl.constexpr, COMPARE: tl.constexpr, me_b, fl_b, HAS_MASK: tl.constexpr):
+        """Run s = b-1 down to a from the state at b, storing Y rows b .. a+1 (see the forward's
+        ``_run_chunk``). Returns ``(state..., converged, delta, steps, t_low)``: this run wrote
+        rows t_low .. b."""
+        b_in = tl.minimum(b, L)
+        s_next = tl.load(cum_b + b_in * C + oc, mask=mc, other=0.0).to(tl.float32)
+        shift = possible_shift(tl.max(beta, 0))
+        # offset interval of each row of the window; rows not yet recomputed fit no offset
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        s = b - 1
+        while (s >= a) & (conv == 0):
+            t = s + 1
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            ps_s = tl.zeros([C_PAD], dtype=tl.float32)
+            pe_s = tl.zeros([C_PAD], dtype=tl.float32)
+            if HAS_PS:
+                ps_s = tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                pe_s = tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            me = tl.full([C_PAD], 2147483647, tl.int32)
+            fl = tl.full([], 0, tl.int32)
+            if HAS_MASK:
+                fl = tl.load(fl_b + s).to(tl.int32)
+                me = tl.load(me_b + s * C + oc, mask=mc, other=2147483647)
+            if COMPARE:
+                y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+                g_ref = tl.sum(tl.load(g_b + t + oj * 0, mask=oj == 0, other=0.0), 0)
+                tl.debug_barrier()
+            ring, rfr, beta, G, shift, s_ref, s_next, y, G_t, lse = beta_step(
+                s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
+                tr, d0, db_ptr, C, oj, oc, mc, K_PAD, HAS_PS, HAS_PE, REBASE, me, fl, HAS_MASK)
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t + oj * 0, tl.zeros([K_PAD], tl.float64) + G_t, mask=oj == 0)
+            if COMPARE:
+                lo, hi = row_offset_bounds(y, y_ref, G_t - g_ref, mc, TOL)
+                t32 = tl.cast(t, tl.int32)
+                inwin = ((oj - t32) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            s -= 1
+        return ring, rfr, beta, G, s_ref, conv, delta, b - 1 - s, s + 2
+
+    @triton.jit
+    def _fix_suffix_frames(g_b, t_low, b, delta, BLOCK: tl.constexpr):
+        """Move the frames of rows t_low .. b (written by a converged fix-up) into the stored rows'
+        system: minus delta."""
+        tl.debug_barrier()
+        o = tl.arange(0, BLOCK)
+        for p0 in range(t_low, b + 1, BLOCK):
+            p = p0 + o
+            m = p <= b
+            tl.store(g_b + p, tl.load(g_b + p, mask=m, other=0.0) - delta, mask=m)
+
+    @triton.jit
+    def _beta_reg_chunks_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat rows
+        g_ptr,  # (B, T+1) float64 out: frame of Y row t
+        e32, e64,  # (2, B, NCH, ...) end states: [0] of every spec run, [1] of non-converged fix-ups
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j+1's
+        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
+        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        REBASE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (kernels/limits.py) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+    ):
+        b_id = tl.program_id(0).to(tl.int64)
+        me_b = me_ptr
+        fl_b = fl_ptr
+        if HAS_MASK:
+            me_b = me_ptr + b_id * s_x_b
+            fl_b = fl_ptr + b_id * s_g_b
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        E32 = K_PAD * C_PAD + 2 * C_PAD
+        E64 = K_PAD + 1
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        x_b = x_ptr + b_id * s_x_b
+        g_b = g_ptr + b_id * s_g_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
+        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
+        k_max = tl.minimum(K, L)
+        n_b = (L + W - 1) // W  # chunks of this sequence
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            # "the sequence ends here": beta = 0, no segment crosses b (the last chunk: the truth)
+            beta = tl.where(mc, 0.0, MASK)
+            ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
+            rfr = tl.zeros([K_PAD], dtype=tl.float64)
+            G = tl.sum(tl.zeros([1], tl.float64), 0)
+            s_ref = tl.load(cum_b + tl.minimum(b, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
+                a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
+                tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, False, me_b,
+                fl_b, HAS_MASK)
+            e = row + j
+            _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc, C_PAD, K_PAD)
+        else:
+            j0 = n_b - 2
+            j1 = -1
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 - 1
+            clean_prev = tl.full([], 1, tl.int32)
+            for jj in range(0, j0 - j1):
+                j = j0 - jj
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 0) & (j < n_b - 1)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j + 1)
+                    e = (sp - 1) * half + row + j + 1
+                    ring, beta, s_ref, rfr, G = _load_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
+                        a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
+                        tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, True,
+                        me_b, fl_b, HAS_MASK)
+                    if conv != 0:
+                        _fix_suffix_frames(g_b, t_low, b, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc,
+                                    C_PAD, K_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if live:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()
+
+    @triton.jit
+    def _beta_factored_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        w_ptr,  # (B, T+1, C) U_hat = u_hat + ps (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
+        g_ptr,  # (B, T+1) float64 out: backward frames
+        lzb_ptr,  # (B,) float64 out: log Z seen by the backward, LSE_c u_0(c) + v_0(c)
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        w_b = w_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        tr = tl.load(
+            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        beta = tl.where(mc, 0.0, MASK)
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            # Y_t = pe_{t-1} + beta_t (X_t of docs/internals.md §3 minus S_t), frame G_t
+            xt = beta
+            if HAS_PE:
+                xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            xt = tl.where(mc, xt, MASK)
+            tl.store(x_b + t * C + oc, xt, mask=mc)
+            tl.store(g_b + t, G)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            tl.debug_barrier()
+
+            # lse_s(c) = LSE_k D[k-1, c] + Y_{s+k}(c) + S_{s+k}(c) - S_s(c), k <= min(K, L - s), frame G_t
+            k_lim = tl.minimum(L - s, K)
+            run_m = tl.full([C_PAD], MASK, tl.float32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
+            for kb in range(0, k_lim, K_BLOCK):
+                k = kb + 1 + ok
+                vk = k <= k_lim
+                m2 = vk[:, None] & mc[None, :]
+                xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=MASK)
+                gk = tl.load(g_b + s + k, mask=vk, other=0.0)
+                dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                xk = xv + dbv + seg + (gk - G).to(tl.float32)[:, None]
+                nm = tl.maximum(run_m, tl.max(xk, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(xk - nm[None, :]), 0)
+                run_m = nm
+            lse = run_m + log_(tl.where(mc & (run_s > 0), run_s, 1.0))
+            if s == 0:
+                # u_0 + v_0 = U_0 + lse_0
+                z0 = tl.load(w_b + oc, mask=mc, other=MASK) + lse
+                mz = tl.max(z0, 0)
+                tl.store(lzb_ptr + b, tl.load(f_b) + G + (mz + log_(tl.sum(tl.exp(z0 - mz), 0))).to(tl.float64))
+            # v_s = ps_s + lse_s; beta_s(c') = LSE_c Tr[c', c] + v_s(c)
+            v = lse
+            if HAS_PS:
+                v += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            v = tl.where(mc, v, MASK)
+            y = tr + v[None, :]
+            my = tl.max(y, 1)
+            bs = my + log_(tl.sum(tl.exp(y - my[:, None]), 1))
+            bs = tl.where(mc, bs, MASK)
+            m = possible_shift(tl.max(bs, 0))
+            beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
+            G = G + m.to(tl.float64)
+
+    @triton.jit
+    def _beta_factored_reg_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        w_ptr,  # (B, T+1, C) U_hat = u_hat + ps (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat = pe_{t-1} + beta_hat_t rows
+        g_ptr,  # (B, T+1) float64 out: backward frames
+        lzb_ptr,  # (B,) float64 out: log Z seen by the backward, LSE_c u_0(c) + v_0(c)
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        REBASE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        """The beta recurrence with its ring of Y rows in registers (:func:`beta_step`), one
+        program per sequence from s = L-1 down to 0; rows read from memory (S, ps, pe) are loaded
+        one step ahead. The marginals are left to the parallel kernel."""
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        k_max = tl.minimum(K, L)
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        w_b = w_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
+        tr = tl.load(
+            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
+        ).to(tl.float32)
+        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
+        beta = tl.where(mc, 0.0, MASK)
+        shift = possible_shift(tl.max(beta, 0))
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
+        rfr = tl.zeros([K_PAD], dtype=tl.float64)
+        s_ref = tl.load(cum_b + L * C + oc, mask=mc, other=0.0).to(tl.float32)
+        s_next = s_ref
+        # rows of step s = L - 1, loaded ahead
+        s0 = L - 1
+        n_s = tl.load(cum_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        n_ps = tl.zeros([C_PAD], dtype=tl.float32)
+        n_pe = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            n_ps = tl.load(ps_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_PE:
+            n_pe = tl.load(pe_b + s0 * C + oc, mask=mc, other=0.0).to(tl.float32)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            s_s = n_s
+            ps_s = n_ps
+            pe_s = n_pe
+            sn = tl.maximum(s - 1, 0)
+            n_s = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                n_ps = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PE:
+                n_pe = tl.load(pe_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            ring, rfr, beta, G, shift, s_ref, s_next, y, G_t, lse = beta_step(
+                s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
+                tr, d0, db_ptr, C, oj, oc, mc, K_PAD, HAS_PS, HAS_PE, REBASE)
+            # outputs, beside the critical path
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t, G_t)
+            if s == 0:
+                # u_0 + v_0 = U_0 + lse_0
+                z0 = tl.load(w_b + oc, mask=mc, other=MASK) + lse
+                mz = tl.max(z0, 0)
+                tl.store(lzb_ptr + b, tl.load(f_b) + G_t + (mz + log_(tl.sum(tl.exp(z0 - mz), 0))).to(tl.float64))
+
+    @triton.jit
+    def dur_beta_step(s, b0, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc, m2c,
+                      C_PAD: tl.constexpr, HAS_PS: tl.constexpr, RESTORE: tl.constexpr):
+        """One position of the direct beta recurrence of a (K, C, C) transition:
+
+            beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
+
+        over k <= min(K, L - s). Reads Y_hat_t (t = s+1 .. s+K) from row t of ``x_b`` / ``g_b`` or,
+        with RESTORE, for t > b0 from row t - b0 of a saved state ``st32`` / ``st64`` (beta_hat_b0,
+        then the Y rows of positions b0+1 .. b0+K-1, and their frames; a chunk's successor's end),
+        so a run never reads rows another program may be writing.
+
+        ``G`` is the frame of Y_hat_{s+1}. Returns ``(beta_hat_s, G_s)`` normalised by its maximum.
+        """
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        base = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        k_lim = tl.minimum(L - s, K)
+        run_m = tl.full([C_PAD], MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        for k in range(1, k_lim + 1):
+            t = s + k
+            if RESTORE:
+                own = t <= b0
+                jc = tl.where(own, 0, t - b0)
+                # both addresses are valid (jc = 0 for own rows): load both, select
+                xv = tl.where(own, tl.load(x_b + t * C + oc, mask=mc, other=MASK),
+                              tl.load(st32 + jc * C + oc, mask=mc, other=MASK))
+                gt = tl.where(own, tl.load(g_b + t), tl.load(st64 + jc))
+            else:
+                xv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+                gt = tl.load(g_b + t)
+            dk = (gt - G).to(tl.float32)
+            dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+            col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+            y = trk.to(tl.float32) + col[None, :]
+            nm = tl.maximum(run_m, tl.max(y, 1))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
+            run_m = nm
+        bs = tl.where(mc, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), MASK)
+        m = possible_shift(tl.max(bs, 0))
+        beta = tl.where(mc, tl.maximum(bs - m, MASK), MASK)
+        G = G + m.to(tl.float64)
+        return beta, G
+
+    @triton.jit
+    def _dur_save_end(e32, e64, a, b, beta, G, x_b, g_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):
+        """End state of a run over b-1 .. a that started from ``st32`` / ``st64``: beta_hat_a (the
+        run's register row), the Y rows of positions a+1 .. a+K-1 (its own rows up to b, then the
+        start state's) and their frames."""
+        tl.store(e32 + oc, beta, mask=mc)
+        tl.store(e64 + oc * 0, tl.zeros([C_PAD], tl.float64) + G, mask=oc == 0)
+        for i in range(1, K):
+            p = a + i
+            own = p <= b
+            jc = tl.where(own, 0, p - b)
+            po = tl.where(own, p, 0)
+            row = tl.where(own, tl.load(x_b + po * C + oc, mask=mc, other=MASK),
+                           tl.load(st32 + jc * C + oc, mask=mc, other=MASK))
+            fr = tl.where(own, tl.load(g_b + po), tl.load(st64 + jc))
+            tl.store(e32 + i * C + oc, row, mask=mc)
+            tl.store(e64 + i + oc * 0, tl.zeros([C_PAD], tl.float64) + fr, mask=oc == 0)
+
+    @triton.jit
+    def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                       oc, mc, m2c, oj, TOL,
+                       C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                       COMPARE: tl.constexpr):
+        """Run s = b-1 down to a of the direct beta recurrence (:func:`dur_beta_step`) from the
+        state at b, storing Y rows b .. a+1 (see the forward's ``_dur_run_chunk``); rows past b are
+        read from the state only. Returns ``(beta_hat_a, G, converged, delta, steps, t_low)``: this
+        run wrote rows t_low .. b."""
+        lim = tl.where(live, C, 0)
+        lim1 = tl.where(live, 1, 0)
+        beta = tl.load(st32 + oc, mask=oc < lim, other=MASK)
+        G = tl.sum(tl.load(st64 + oc * 0, mask=oc < lim1, other=0.0), 0)
+        # offset interval of each row of the window; rows not yet recomputed fit no offset
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        s = b - 1
+        while (s >= a) & (conv == 0):
+            t = s + 1
+            # Y_t = pe_{t-1} + beta_t, frame G_t
+            y = beta
+            if HAS_PE:
+                y += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            y = tl.where(mc, y, MASK)
+            if COMPARE:
+                y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+                g_ref = tl.sum(tl.load(g_b + t + oc * 0, mask=oc == 0, other=0.0), 0)
+                # the stored row is read before this program overwrites it
+                tl.debug_barrier()
+            tl.store(x_b + t * C + oc, y, mask=mc)
+            tl.store(g_b + t + oc * 0, tl.zeros([C_PAD], tl.float64) + G, mask=oc == 0)
+            if COMPARE:
+                lo, hi = row_offset_bounds(y, y_ref, G - g_ref, mc, TOL)
+                t32 = tl.cast(t, tl.int32)
+                inwin = ((oj - t32) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            # the step reads this row from other threads
+            tl.debug_barrier()
+            beta, G = dur_beta_step(s, b, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
+                                    m2c, C_PAD, HAS_PS, True)
+            s -= 1
+        return beta, G, conv, delta, b - 1 - s, s + 2
+
+    @triton.jit
+    def _beta_dur_chunks_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        x_ptr,  # (B, T+1, C) float32 out: Y_hat rows
+        g_ptr,  # (B, T+1) float64 out: frame of Y row t
+        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence ends here" (row 0 = 0, the others impossible)
+        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j+1's
+        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
+        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+    ):
+        """The time-parallel beta recurrence of a (K, C, C) transition: ``_beta_reg_chunks_kernel``'s
+        phases with a state of beta_hat and K-1 Y rows in memory."""
+        b_id = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        oj = tl.arange(0, K_PAD)
+        E32 = K * C
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        x_b = x_ptr + b_id * s_x_b
+        g_b = g_ptr + b_id * s_g_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        n_b = (L + W - 1) // W  # chunks of this sequence
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            # "the sequence ends here": beta = 0, no segment crosses b (the last chunk: the truth)
+            beta, G, conv, delta, steps, t_low = _dur_run_chunk(
+                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, False)
+            if live:
+                e = row + j
+                _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, i32, i64, K, C, oc, mc, C_PAD)
+        else:
+            j0 = n_b - 2
+            j1 = -1
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 - 1
+            clean_prev = tl.full([], 1, tl.int32)
+            for jj in range(0, j0 - j1):
+                j = j0 - jj
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 0) & (j < n_b - 1)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j + 1)
+                    e = (sp - 1) * half + row + j + 1
+                    s32 = e32 + e * E32
+                    s64 = e64 + e * K
+                    beta, G, conv, delta, steps, t_low = _dur_run_chunk(
+                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
+                        oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, True)
+                    if conv != 0:
+                        _fix_suffix_frames(g_b, t_low, b, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, s32, s64, K, C, oc, mc,
+                                      C_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if live:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()
+
+    @triton.jit
+    def _beta_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C)
+        pe_ptr,  # (B, T, C)
+        x_ptr,  # (B, T+1, C) out: Y_hat = pe_{t-1} + beta_hat_t
+        g_ptr,  # (B, T+1) float64 out
+        C,
+        K,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        """The direct beta recurrence (:func:`dur_beta_step`), one program per sequence from
+        s = L-1 down to 0."""
+        b = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        beta = tl.where(mc, 0.0, MASK)
+        G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
+        for i in range(0, L):
+            s = L - 1 - i
+            t = s + 1
+            # Y_t = pe_{t-1} + beta_t, frame G_t
+            xt = beta
+            if HAS_PE:
+                xt += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            xt = tl.where(mc, xt, MASK)
+            tl.store(x_b + t * C + oc, xt, mask=mc)
+            tl.store(g_b + t, G)
+            # the step reads this row from other threads
+            tl.debug_barrier()
+            beta, G = dur_beta_step(s, L, L, G, x_b, g_b, x_b, g_b, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc, m2c,
+                                    C_PAD, HAS_PS, False)

@@ -1,0 +1,533 @@
+"""Blocked recurrence kernel: the factored forward and beta for rings too large for registers
+(genomics shapes: K ~ 10^3 durations, C ~ 50 labels), parallel over time.
+
+One kernel, ``_blk_chunks_kernel``, runs both recurrences (``REVERSE``: beta) under the chunk /
+fix-up / repair scheme of ``forward.py`` (one program per (sequence, chunk), the same three
+launches, the same convergence test and frame offsets; host side in ``parallel.py``). What
+differs is the step: the ring of the last K rows lives in memory (the stored rows themselves,
+and the predecessor's end state for rows before the chunk), and the K·C terms of a position are
+spread over the whole program by blocking in time.
+
+A block is BT consecutive positions q = q0 + d·i (i = 1 .. BT; d = +1 forward, -1 beta) after a
+position q0 whose ring row is stored. Each position's sum splits into
+
+* *old* rows r = q0 - d·rho (rho >= 0, known when the block starts): phase A computes
+  ``P[i, c] = LSE_rho V[rho, c] + D[i + rho - 1, c]`` for the whole block at once, as
+  (BT, RB, CB) tiles over rows and labels (``V`` is the ring row in the block's frame, with the
+  segment sum's S term), every row loaded once per block and used by BT positions;
+* *new* rows (inside the block, at most BT - 1): phase B, sequential, keeps them in a (BT, C_PAD)
+  register ring and finishes each position: the sum, the label step (the transition), the
+  normaliser, the stored row and the fix-up's comparison.
+
+Per position (forward; beta mirrored, ``docs/internals.md`` §3):
+
+    alpha_t = pe_{t-1} + S_t + LSE_k (U_{t-k} - S_{t-k} + D[k-1])      (phase A + phase B)
+    U_t     = LSE_{c'} (alpha_t(c') + Tr[c', c]) + ps_t                 (phase B)
+
+    lse_s   = LSE_k (D[k-1] + Y_{s+k} + S_{s+k}) - S_s,  beta_s = LSE_c (Tr[c', c] + lse_s + ps_s)
+    Y_s     = pe_{s-1} + beta_s
+
+Stored rows and frames are those of the register-ring chunk kernels (alpha_hat, U_hat with one
+float64 frame per row; Y_hat and its frame), so the marginal, anchor and traceback kernels read
+them unchanged. The max semiring (forward) stores the argmax duration of alpha_t and the argmax
+source label of U_s per (position, label); the host packs them into the traceback's
+``k * 65536 + c_prev`` afterwards. Ties: the smallest duration, the smallest source label.
+"""
+
+from __future__ import annotations
+
+from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noqa: F401
+
+if HAS_TRITON:
+    from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
+
+    @triton.jit
+    def _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol,
+                   HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
+        """Ring rows ``r`` (RB,) at label columns ``cols`` and their frames: a row the run owns
+        (at or past ``start`` in its direction) from the stored rows, a row before the start from
+        the incoming state (row m = distance - 1 of ``in32`` / ``in64``, only with ``HAS_IN``),
+        else impossible. Returns ``(rows (RB, CB) float32, frames (RB,) float64)``."""
+        if REVERSE:
+            own = r <= start
+            m = r - start - 1
+        else:
+            own = r >= start
+            m = start - 1 - r
+        from_in = ok & (~own) & (m < K)
+        own = ok & own
+        rp = tl.where(own, r, 0)
+        m2o = own[:, None] & mcol[None, :]
+        v = tl.load(r_b + rp[:, None] * C + cols[None, :], mask=m2o, other=MASK)
+        fr = tl.load(f_b + rp, mask=own, other=0.0)
+        if HAS_IN:
+            mp = tl.where(from_in, m, 0)
+            m2i = from_in[:, None] & mcol[None, :]
+            v = tl.where(m2i, tl.load(in32 + mp[:, None] * C + cols[None, :], mask=m2i, other=MASK), v)
+            fr = tl.where(from_in, tl.load(in64 + mp, mask=from_in, other=0.0), fr)
+        return v, fr
+
+    @triton.jit
+    def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
+                 oi, ob, orr, HAS_IN: tl.constexpr,
+                 C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
+                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
+        """The old rows' part of the block's positions q0 + d·i (i = 1 .. nb), written to the
+        scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
+        the segment sums relative to S_{q0}. HAS_MASK: ``lim_b`` (T+1, C) int32 is the segment
+        limit per (position, label), the smallest allowed start (forward) or the largest allowed
+        end (beta) of a segment at that position."""
+        ii = oi + 1
+        vi = ii <= nb
+        for cb in range(0, C, CB):
+            cols = cb + ob
+            mcol = cols < C
+            s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
+            run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
+            run_s = tl.zeros([BT, CB], dtype=tl.float32)
+            run_k = tl.zeros([BT, CB], dtype=tl.int32)
+            if HAS_MASK:
+                if REVERSE:
+                    qi = q0 - ii
+                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                                   other=2147483647)
+                else:
+                    qi = q0 + ii
+                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                                   other=0)
+            for r0 in range(0, K, RB):
+                rho = r0 + orr
+                if REVERSE:
+                    r = q0 + rho
+                    ok = (rho < K) & (r <= L)
+                else:
+                    r = q0 - rho
+                    ok = (rho < K) & (r >= 0)
+                v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE)
+                rp = tl.where(ok, r, 0)
+                sr = tl.load(cum_b + rp[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :], other=0.0)
+                if REVERSE:
+                    v = v + (fr - H).to(tl.float32)[:, None] + (sr - s_ref[None, :])
+                else:
+                    v = v + (fr - H).to(tl.float32)[:, None] - (sr - s_ref[None, :])
+                # duration k = i + rho of row rho at position i
+                kk = ii[:, None] + rho[None, :]
+                vk = vi[:, None] & ok[None, :] & (kk <= K)
+                m3 = vk[:, :, None] & mcol[None, None, :]
+                if HAS_MASK:
+                    if REVERSE:
+                        m3 = m3 & (r[None, :, None] <= limb[:, None, :])
+                    else:
+                        m3 = m3 & (r[None, :, None] >= limb[:, None, :])
+                dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
+                x = v[None, :, :] + dv.to(tl.float32)
+                x = tl.where(m3, x, 2 * MASK)
+                bm = tl.max(x, 1)
+                if IS_MAX:
+                    bk = tl.min(tl.where(x == bm[:, None, :], kk[:, :, None], 2147483647), 1)
+                    upd = bm > run_m
+                    run_k = tl.where(upd, bk, run_k)
+                    run_m = tl.where(upd, bm, run_m)
+                else:
+                    nm = tl.maximum(run_m, bm)
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
+                    run_m = nm
+            if IS_MAX:
+                p = run_m
+                tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
+            else:
+                p = tl.where(run_s > 0, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), 2 * MASK)
+            tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
+
+    @triton.jit
+    def _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc,
+                REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
+                HAS_MASK: tl.constexpr):
+        """The ring row of position q from its state value: forward ``U_q = LSE_{c'} alpha_q(c')
+        + Tr[c', c] + ps_q`` (the phantom ``LSE_{c'} Tr`` at q = 0 in both semirings; with its
+        argmax source label in the max semiring), beta ``Y_q = beta_q + pe_{q-1}``."""
+        bc = tl.zeros([oc.shape[0]], dtype=tl.int32)
+        if REVERSE:
+            row = st
+            if HAS_PE:
+                lim = tl.where(q >= 1, C, 0)
+                row += tl.load(pe_b + (q - 1) * C + oc, mask=oc < lim, other=0.0).to(tl.float32)
+        else:
+            x = M + st[None, :]
+            mx = tl.max(x, 1)
+            if IS_MAX:
+                row = tl.where(q == 0, u0, mx)
+                bc = tl.argmax(x, 1, tie_break_left=True).to(tl.int32)
+            else:
+                row = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
+            if HAS_PS:
+                row += tl.load(ps_b + q * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                # no segment starts at a forbidden start (flag NO_START)
+                row += tl.where((tl.load(fl_b + q).to(tl.int32) & 4) != 0, MASK, 0.0)
+        return tl.where(mc, row, MASK), bc
+
+    @triton.jit
+    def _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, inwin, oj, oc, mc, C, TOL,
+                     K_PAD: tl.constexpr, IS_MAX: tl.constexpr):
+        """A fix-up's test of a recomputed row q (frame F) against the stored one, read before it is
+        overwritten: its offset interval (with alpha_hat's too in the max semiring, whose argmax
+        labels the backpointers keep) enters the window ring (``window_offset``) at slot q; the
+        window is the rows flagged ``inwin``. Returns ``(wlo, whi, converged, delta)``."""
+        f_ref = tl.load(f_b + q)
+        lo, hi = row_offset_bounds(row, tl.load(r_b + q * C + oc, mask=mc, other=MASK), F - f_ref, mc, TOL)
+        if IS_MAX:
+            a_lo, a_hi = row_offset_bounds(st, tl.load(a_b + q * C + oc, mask=mc, other=MASK), F - f_ref, mc, TOL)
+            lo = tl.maximum(lo, a_lo)
+            hi = tl.minimum(hi, a_hi)
+        wlo, whi, ok, dd = window_offset(wlo, whi, oj, tl.cast(q, tl.int32) & (K_PAD - 1), lo, hi, inwin)
+        # the stored row is read before this program overwrites it
+        tl.debug_barrier()
+        return wlo, whi, ok, dd
+
+    @triton.jit
+    def _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE: tl.constexpr, IS_MAX: tl.constexpr):
+        """Store row q: the ring row and its frame; forward also alpha_hat and (max) the argmax
+        source label of U_q."""
+        tl.store(r_b + q * C + oc, row, mask=mc)
+        tl.store(f_b + q, F)
+        if not REVERSE:
+            tl.store(a_b + q * C + oc, st, mask=mc)
+            if IS_MAX:
+                tl.store(bc_b + q * C + oc, bc, mask=mc)
+
+    @triton.jit
+    def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
+                 sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, HAS_IN: tl.constexpr,
+                 C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
+                 BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr):
+        """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
+        ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
+        chunk owns (``start`` and every position before ``stop``).
+
+        COMPARE (fix-up): compare each recomputed row with the stored one and stop once the last
+        K rows differ from them by one constant (``row_offset_bounds``, as the register kernels).
+        Returns ``(st, F, converged, delta, steps, q_last)``: the state at ``stop`` (when the run
+        got there) and ``q_last``, the last row written.
+        """
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        # the first row: the state's own
+        q = start
+        row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
+        if COMPARE:
+            # the window's first row (no window yet to test)
+            wlo, whi, ok, dd = _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, oj < 0, oj, oc, mc, C, TOL,
+                                            K_PAD, IS_MAX)
+        _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE, IS_MAX)
+        q_last = q
+        q0 = start
+        H = F
+        if REVERSE:
+            left = q0 - stop
+        else:
+            left = stop - q0
+        steps = left * 0
+        while (left > 0) & (conv == 0):
+            nb = tl.minimum(left, BT)
+            # rows written by the previous block (other threads) and the scratch it read
+            tl.debug_barrier()
+            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
+                     oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK)
+            tl.debug_barrier()
+            m2 = (oi[:, None] < BT) & mc[None, :]
+            P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
+            Pk = tl.zeros([BT, C_PAD], dtype=tl.int32)
+            if IS_MAX:
+                Pk = tl.load(sk_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=0)
+            s_ref = tl.load(cum_b + q0 * C + oc, mask=mc, other=0.0)
+            vn = tl.full([BT, C_PAD], MASK, tl.float32)
+            i = 1
+            while (i <= nb) & (conv == 0):
+                if REVERSE:
+                    q = q0 - i
+                else:
+                    q = q0 + i
+                # new rows: slot j holds position q0 + d·j (j = 1 .. i-1), duration i - j
+                kk = i - oi
+                vj = (oi >= 1) & (oi < i) & (kk <= K)
+                dn = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :], other=MASK)
+                mn = vj[:, None] & mc[None, :]
+                if HAS_MASK:
+                    lq = tl.load(lim_b + q * C + oc, mask=mc, other=0)
+                    if REVERSE:
+                        mn = mn & ((q0 - oi)[:, None] <= lq[None, :])
+                    else:
+                        mn = mn & ((q0 + oi)[:, None] >= lq[None, :])
+                xn = tl.where(mn, vn + dn.to(tl.float32), 2 * MASK)
+                pi = tl.max(tl.where(oi[:, None] == i - 1, P, -3e38), 0)
+                nm = tl.max(xn, 0)
+                if IS_MAX:
+                    nk = tl.min(tl.where(xn == nm[None, :], kk[:, None], 2147483647), 0)
+                    pki = tl.sum(tl.where(oi[:, None] == i - 1, Pk, 0), 0)
+                    # the new rows have the smaller durations: they win ties
+                    old = pi > nm
+                    z = tl.where(old, pi, nm)
+                    kbest = tl.where(old, pki, nk)
+                else:
+                    ns = tl.sum(tl.exp(xn - nm[None, :]), 0)
+                    hi_ = tl.maximum(pi, nm)
+                    tot = tl.exp(pi - hi_) + ns * tl.exp(nm - hi_)
+                    z = hi_ + log_(tl.where(tot > 0, tot, 1.0))
+                s_q = tl.load(cum_b + q * C + oc, mask=mc, other=0.0)
+                if REVERSE:
+                    v = z - (s_q - s_ref)
+                    if HAS_PS:
+                        v += tl.load(ps_b + q * C + oc, mask=mc, other=0.0).to(tl.float32)
+                    if HAS_MASK:
+                        v += tl.where((tl.load(fl_b + q).to(tl.int32) & 4) != 0, MASK, 0.0)
+                    v = tl.where(mc & (v > -1e29), v, MASK)
+                    x = M + v[None, :]
+                    mx = tl.max(x, 1)
+                    sv = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
+                else:
+                    sv = z + (s_q - s_ref)
+                    if HAS_PE:
+                        sv += tl.load(pe_b + (q - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+                sv = tl.where(mc, sv, MASK)
+                m = possible_shift(tl.max(sv, 0))
+                st = tl.where(mc, tl.maximum(sv - m, MASK), MASK)
+                F = H + m.to(tl.float64)
+                if IS_MAX:
+                    tl.store(bk_b + q * C + oc, kbest, mask=mc)
+                steps += 1
+                if q != stop:
+                    row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
+                    if REVERSE:
+                        vrow = row + m + (s_q - s_ref)
+                    else:
+                        vrow = row + m - (s_q - s_ref)
+                    vn = tl.where(oi[:, None] == i, vrow[None, :], vn)
+                    if COMPARE:
+                        q32 = tl.cast(q, tl.int32)
+                        if REVERSE:
+                            inwin = ((oj - q32) & (K_PAD - 1)) < K
+                        else:
+                            inwin = ((q32 - oj) & (K_PAD - 1)) < K
+                        wlo, whi, ok, dd = _compare_row(q, row, st, F, r_b, a_b, f_b, wlo, whi, inwin, oj, oc, mc, C,
+                                                        TOL, K_PAD, IS_MAX)
+                        delta = tl.where(ok, dd, delta)
+                        conv = tl.where(ok, 1, 0).to(tl.int32)
+                    _store_row(q, row, st, bc, F, r_b, a_b, f_b, bc_b, oc, mc, C, REVERSE, IS_MAX)
+                    q_last = q
+                i += 1
+            left -= nb
+            if REVERSE:
+                q0 = q0 - nb
+            else:
+                q0 = q0 + nb
+            H = F
+        return st, F, conv, delta, steps, q_last
+
+    @triton.jit
+    def _blk_save_end(o32, o64, stop, st, F, start, r_b, f_b, in32, in64, C, K, oc, mc, orr, HAS_IN: tl.constexpr,
+                      C_PAD: tl.constexpr, RB: tl.constexpr, REVERSE: tl.constexpr):
+        """The state at ``stop`` for the next chunk: the K rows before it (row m at distance m + 1)
+        with their frames, then the state value and its frame."""
+        tl.debug_barrier()
+        for r0 in range(0, K, RB):
+            m = r0 + orr
+            if REVERSE:
+                r = stop + 1 + m
+            else:
+                r = stop - 1 - m
+            ok = m < K
+            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, oc, mc, HAS_IN, REVERSE)
+            tl.store(o32 + m[:, None] * C + oc[None, :], v, mask=ok[:, None] & mc[None, :])
+            tl.store(o64 + m, fr, mask=ok)
+        tl.store(o32 + K * C + oc, st, mask=mc)
+        tl.store(o64 + K, F)
+
+    @triton.jit
+    def _blk_chunks_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (C, C) transition [c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) int64 lengths
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        r_ptr,  # (B, T+1, C) float32 out: ring rows (U_hat forward, Y_hat beta)
+        a_ptr,  # (B, T+1, C) float32 out: alpha_hat rows (forward)
+        f_ptr,  # (B, T+1) float64 out: frame of row q
+        bk_ptr,  # (B, T+1, C) int32 out: argmax duration of alpha_t (IS_MAX)
+        bc_ptr,  # (B, T+1, C) int32 out: argmax source label of U_s (IS_MAX)
+        e32, e64,  # (2, B, NCH, K*C + C_PAD) / (2, B, NCH, K + 1): end states (spec, non-converged fix-up)
+        sc_ptr,  # (B, NCH, BT, C_PAD) float32 scratch: phase A's sums
+        sk_ptr,  # (B, NCH, BT, C_PAD) int32 scratch: phase A's argmax durations (IS_MAX)
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j
+        cv_ptr,  # (B, NCH) int32: positions the chunk's last fix-up ran
+        C, K, W, NCH, s_cum_b, s_p_b, s_w_b, s_f_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        CB: tl.constexpr,
+        RB: tl.constexpr,
+        BT: tl.constexpr,
+        REVERSE: tl.constexpr,
+        IS_MAX: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+        lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of kernels/limits.py (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+    ):
+        """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
+        beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
+        describe the phases)."""
+        b_id = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oi = tl.arange(0, BT)
+        ob = tl.arange(0, CB)
+        orr = tl.arange(0, RB)
+        oj = tl.arange(0, K_PAD)
+        E32 = K * C + C_PAD
+        E64 = K + 1
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        r_b = r_ptr + b_id * s_w_b
+        a_b = a_ptr + b_id * s_w_b
+        f_b = f_ptr + b_id * s_f_b
+        bk_b = bk_ptr + b_id * s_w_b
+        bc_b = bc_ptr + b_id * s_w_b
+        lim_b = lim_ptr
+        fl_b = fl_ptr
+        if HAS_MASK:
+            lim_b = lim_ptr + b_id * s_w_b
+            fl_b = fl_ptr + b_id * s_f_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        m2c = mc[:, None] & mc[None, :]
+        if REVERSE:
+            # M[c_src, c_dst] = Tr[c_src, c_dst]: beta_{c'} = LSE_c Tr[c', c] + v(c)
+            M = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+        else:
+            # M[c_dst, c_src] = Tr[c_src, c_dst]: U_c = LSE_{c'} alpha(c') + Tr[c', c]
+            M = tl.load(tr_ptr + oc[None, :] * C + oc[:, None], mask=m2c, other=MASK).to(tl.float32)
+        u0 = tl.max(M, 1)
+        u0 = u0 + log_(tl.sum(tl.exp(M - u0[:, None]), 1))
+        n_b = (L + W - 1) // W
+        if PHASE == 1:
+            j = tl.program_id(1)
+            sc_b = sc_ptr + (row + j) * (BT * C_PAD)
+            sk_b = sk_ptr + (row + j) * (BT * C_PAD)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            if live:
+                if REVERSE:
+                    start = b
+                    stop = a
+                else:
+                    start = a
+                    stop = b
+                # "the sequence starts (ends) here": state 0, no segment crosses the boundary
+                st = tl.where(mc, 0.0, MASK)
+                F = tl.sum(tl.zeros([1], tl.float64), 0)
+                st, F, conv, delta, steps, q_last = _blk_run(
+                    start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
+                    sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, False,
+                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK)
+                e = row + j
+                _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
+                              C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
+                if not REVERSE:
+                    if b == L:
+                        tl.store(a_b + L * C + oc, st, mask=mc)
+                        tl.store(f_b + L, F)
+        else:
+            # forward: chunks 1 .. n-1 from their predecessor; beta: n-2 .. 0 from their successor
+            if REVERSE:
+                j0 = n_b - 2
+                j1 = -1
+            else:
+                j0 = 1
+                j1 = n_b
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                if REVERSE:
+                    j1 = j0 - 1
+                else:
+                    j1 = j0 + 1
+            clean_prev = tl.full([], 1, tl.int32)
+            nj = j0 - j1
+            if not REVERSE:
+                nj = j1 - j0
+            for jj in range(0, nj):
+                if REVERSE:
+                    j = j0 - jj
+                    nbr = j + 1
+                else:
+                    j = j0 + jj
+                    nbr = j - 1
+                sc_b = sc_ptr + (row + j) * (BT * C_PAD)
+                sk_b = sk_ptr + (row + j) * (BT * C_PAD)
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                if REVERSE:
+                    live = (j >= 0) & (j < n_b - 1)
+                    start = b
+                    stop = a
+                else:
+                    live = (j >= 1) & (a < L)
+                    start = a
+                    stop = b
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + nbr)
+                    e = (sp - 1) * half + row + nbr
+                    in32 = e32 + e * E32
+                    in64 = e64 + e * E64
+                    st = tl.load(in32 + K * C + oc, mask=mc, other=MASK)
+                    F = tl.load(in64 + K)
+                    st, F, conv, delta, steps, q_last = _blk_run(
+                        start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
+                        sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, True,
+                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK)
+                    if conv != 0:
+                        if REVERSE:
+                            _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)
+                        else:
+                            _fix_prefix_frames(f_b, start, q_last + 1, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, in32, in64,
+                                      C, K, oc, mc, orr, True, C_PAD, RB, REVERSE)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                        if not REVERSE:
+                            if b == L:
+                                tl.store(a_b + L * C + oc, st, mask=mc)
+                                tl.store(f_b + L, F)
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if live:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()

@@ -1,0 +1,312 @@
+"""Triton kernels of the dense recurrences of ``streaming/distribution.py`` (k-best, samples,
+entropy, masks): one program per sequence walks its positions, forming the (K, C+1, C) edges of
+one position in tiles of ``K_BLK`` durations and never storing them.
+
+* :func:`dense_alpha_kernel`: forward messages ``alpha`` (and, with ``EXPECT``, the expected
+  prefix score ``Ea`` of the expectation semiring) at every position;
+* :func:`dense_beta_kernel`: backward messages ``beta`` (and, with ``EXPECT``, ``Eb``).
+
+Layout (that of ``distribution._Model``): every per-position tensor has ``P = T + 1 + 2K`` rows,
+position p at row ``p + K``; messages have C+1 columns, the last being the first segment's
+phantom predecessor. Values run in float64; an impossible value is ``MASK`` (-1e30) or below
+inside the kernels, and the host turns it back into ``-inf``.
+"""
+
+from __future__ import annotations
+
+from torch_semimarkov.engines.triton.common import HAS_TRITON, MASK
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from torch_semimarkov.engines.triton.common import MASK_K, lse_cols, lse_rows, online_lse, online_lse_value
+
+    @triton.jit
+    def _normalised(acc, wsum):
+        """An expectation ``sum w x`` divided by ``sum w``: the weights ``exp(x - lse)`` sum to 1 only
+        up to the rounding of the log-sum-exp (about 1e-16 of its size, which grows with T), and
+        that error would multiply the expected score itself (of the size of the scores of the
+        whole prefix) at every step."""
+        return acc / tl.where(wsum > 0, wsum, 1.0)
+
+    @triton.jit
+    def _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc, mc,
+                  BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
+        """Scores (K_BLK, C_PAD) of the segments of durations k0+1 .. k0+K_BLK ending (BY_END) or
+        starting at row i, the other end's rows (K_BLK,) and the valid durations."""
+        kk = k0 + ok  # duration - 1
+        mk = kk < K
+        if BY_END:
+            j = i - (kk + 1)  # start rows
+            e_row = i + kk * 0
+            s_row = j
+        else:
+            j = i + (kk + 1)  # end rows
+            e_row = j
+            s_row = i + kk * 0
+        m2 = mk[:, None] & mc[None, :]
+        base = b * P
+        s_e = tl.load(S_ptr + (base + e_row)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+        s_s = tl.load(S_ptr + (base + s_row)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+        seg = s_e - s_s
+        seg += tl.load(D_ptr + kk[:, None] * C + oc[None, :], mask=m2, other=MASK_K)
+        seg += tl.load(ps_ptr + (base + s_row)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+        seg += tl.load(pe_ptr + (base + e_row)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+        seg += tl.load(sadd_ptr + base + s_row, mask=mk, other=MASK_K)[:, None]
+        seg += tl.load(eadd_ptr + base + e_row, mask=mk, other=MASK_K)[:, None]
+        if HAS_MIN:
+            lo = tl.load(ms_ptr + (base + e_row)[:, None] * C + oc[None, :], mask=m2, other=0)
+            start = (s_row - K).to(tl.int64)
+            seg = tl.where(start[:, None] >= lo, seg, MASK_K)
+        seg = tl.maximum(tl.where(m2, seg, MASK_K), MASK_K)
+        return seg, j, mk
+
+    @triton.jit
+    def _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+              ok, oc, op, mc, mp, BY_END: tl.constexpr, HAS_MIN: tl.constexpr):
+        """Edges of the K_BLK durations k0+1 .. k0+K_BLK of the segments ending (BY_END) or
+        starting at position t (row i): (K_BLK, C1_PAD, C_PAD) scores and the other end's rows."""
+        seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc,
+                               mc, BY_END, HAS_MIN)
+        kk = k0 + ok
+        m3 = mk[:, None, None] & mp[None, :, None] & mc[None, None, :]
+        tr = tl.load(tr_ptr + (kk[:, None, None] * (C + 1) + op[None, :, None]) * C + oc[None, None, :], mask=m3,
+                     other=MASK_K)
+        x = tl.maximum(seg[:, None, :] + tr, MASK_K)
+        return x, j, mk
+
+    @triton.jit
+    def factored_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
+                              U_ptr, EU_ptr, P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr,
+                              K_BLK: tl.constexpr, C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        """alpha for a (C, C) transition (tr_ptr: (C+1, C), the last row the phantom one), factored:
+        ``U_s(c) = lse_c' alpha_s(c') + Tr[c', c]`` once per position, then ``alpha_t(c) =
+        lse_k U_{t-k}(c) + seg``; O(K·C + C²) a position instead of O(K·C²)."""
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
+        for t in range(1, L + 1):
+            i = t + K
+            # U and its expectation for position t-1 (row i-1)
+            a = tl.load(A_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=MASK_K)
+            x = tl.maximum(a[:, None] + tr, MASK_K)
+            u = tl.maximum(lse_rows(x), MASK_K)
+            tl.store(U_ptr + (b * P + i - 1) * C + oc, u, mask=mc)
+            if EXPECT:
+                ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
+                wu = tl.where((x > -1e29), tl.exp(x - u[None, :]), 0.0)
+                eu = _normalised(tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0), tl.sum(wu, 0))
+                tl.store(EU_ptr + (b * P + i - 1) * C + oc, eu, mask=mc)
+            run_m = tl.full([C_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+                                       ok, oc, mc, True, HAS_MIN)
+                uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=mk[:, None] & mc[None, :],
+                             other=MASK_K)
+                y = tl.maximum(uj + seg, MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, y)
+            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
+            tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
+            if EXPECT:
+                acc = tl.zeros([C_PAD], tl.float64)
+                wsum = tl.zeros([C_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
+                                           ms_ptr, ok, oc, mc, True, HAS_MIN)
+                    m2 = mk[:, None] & mc[None, :]
+                    uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=MASK_K)
+                    euj = tl.load(EU_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=0.0)
+                    ok2 = (uj > -1e29) & (seg > -1e29)
+                    w = tl.where(ok2, tl.exp(tl.maximum(uj + seg, MASK_K) - alpha[None, :]), 0.0)
+                    acc += tl.sum(w * (euj + tl.where(ok2, seg, 0.0)), 0)
+                    wsum += tl.sum(w, 0)
+                acc = _normalised(acc, wsum)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
+
+    @triton.jit
+    def factored_beta_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, B_ptr, E_ptr,
+                             P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                             C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        """beta for a (C, C) transition, factored: ``V_s(c) = lse_k seg + beta_{s+k}(c)``, then
+        ``beta_s(c') = lse_c Tr[c', c] + V_s(c)``."""
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
+        tl.store(B_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
+        for r in range(0, L):
+            s = L - 1 - r
+            i = s + K
+            run_m = tl.full([C_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
+                                       ok, oc, mc, False, HAS_MIN)
+                nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
+                              other=MASK_K)
+                y = tl.maximum(seg + nxt, MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, y)
+            v = online_lse_value(run_m, run_s, run_m > -1e29)
+            x = tl.maximum(tr + v[None, :], MASK_K)  # (C1_PAD, C_PAD)
+            beta = tl.maximum(lse_cols(x), MASK_K)
+            tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
+            if EXPECT:
+                ev = tl.zeros([C_PAD], tl.float64)
+                vsum = tl.zeros([C_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
+                                           ms_ptr, ok, oc, mc, False, HAS_MIN)
+                    m2 = mk[:, None] & mc[None, :]
+                    nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=MASK_K)
+                    ebn = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=0.0)
+                    ok2 = (nxt > -1e29) & (seg > -1e29)
+                    w = tl.where(ok2, tl.exp(tl.maximum(seg + nxt, MASK_K) - v[None, :]), 0.0)
+                    ev += tl.sum(w * (ebn + tl.where(ok2, seg, 0.0)), 0)
+                    vsum += tl.sum(w, 0)
+                ev = _normalised(ev, vsum)
+                okx = x > -1e29
+                w2 = tl.where(okx, tl.exp(x - beta[:, None]), 0.0)
+                eb = _normalised(tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1), tl.sum(w2, 1))
+                tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, eb, 0.0), mask=mp)
+
+    @triton.jit
+    def dense_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
+                           P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                           C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        for t in range(1, L + 1):
+            i = t + K
+            run_m = tl.full([C_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                x, j, mk = _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
+                                 ms_ptr, ok, oc, op, mc, mp, True, HAS_MIN)
+                prev = tl.load(A_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mk[:, None] & mp[None, :],
+                               other=MASK_K)
+                x = tl.maximum(x + prev[:, :, None], MASK_K)
+                run_m, run_s = online_lse(run_m, run_s, tl.reshape(x, (K_BLK * C1_PAD, C_PAD)))
+            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
+            tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
+            if EXPECT:
+                acc = tl.zeros([C_PAD], tl.float64)
+                wsum = tl.zeros([C_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    x, j, mk = _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
+                                     ms_ptr, ok, oc, op, mc, mp, True, HAS_MIN)
+                    mm = mk[:, None] & mp[None, :]
+                    prev = tl.load(A_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mm, other=MASK_K)
+                    ea = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mm, other=0.0)
+                    w = tl.exp(tl.maximum(x + prev[:, :, None], MASK_K) - alpha[None, None, :])
+                    w = tl.where((x > -1e29) & (prev[:, :, None] > -1e29), w, 0.0)
+                    acc += tl.sum(tl.sum(w * (ea[:, :, None] + tl.where(x > -1e29, x, 0.0)), 0), 0)
+                    wsum += tl.sum(tl.sum(w, 0), 0)
+                acc = _normalised(acc, wsum)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
+
+    @triton.jit
+    def dense_beta_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, B_ptr, E_ptr,
+                          P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                          C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+        b = tl.program_id(0)
+        L = tl.load(len_ptr + b)
+        ok = tl.arange(0, K_BLK)
+        oc = tl.arange(0, C_PAD)
+        op = tl.arange(0, C1_PAD)
+        mc = oc < C
+        mp = op < C + 1
+        tl.store(B_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
+        for r in range(0, L):
+            s = L - 1 - r
+            i = s + K
+            run_m = tl.full([C1_PAD], MASK_K, tl.float64)
+            run_s = tl.zeros([C1_PAD], tl.float64)
+            for k0 in range(0, K, K_BLK):
+                x, j, mk = _tile(s, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
+                                 ms_ptr, ok, oc, op, mc, mp, False, HAS_MIN)
+                nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
+                              other=MASK_K)
+                x = tl.maximum(x + nxt[:, None, :], MASK_K)
+                x = tl.reshape(tl.permute(x, (0, 2, 1)), (K_BLK * C_PAD, C1_PAD))
+                run_m, run_s = online_lse(run_m, run_s, x)
+            beta = online_lse_value(run_m, run_s, run_m > -1e29)
+            tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
+            if EXPECT:
+                acc = tl.zeros([C1_PAD], tl.float64)
+                vsum = tl.zeros([C1_PAD], tl.float64)
+                for k0 in range(0, K, K_BLK):
+                    x, j, mk = _tile(s, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
+                                     ms_ptr, ok, oc, op, mc, mp, False, HAS_MIN)
+                    mm = mk[:, None] & mc[None, :]
+                    nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mm, other=MASK_K)
+                    eb = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mm, other=0.0)
+                    v = tl.exp(tl.maximum(x + nxt[:, None, :], MASK_K) - beta[None, :, None])
+                    v = tl.where((x > -1e29) & (nxt[:, None, :] > -1e29), v, 0.0)
+                    acc += tl.sum(tl.sum(v * (eb[:, None, :] + tl.where(x > -1e29, x, 0.0)), 2), 0)
+                    vsum += tl.sum(tl.sum(v, 2), 0)
+                acc = _normalised(acc, vsum)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, acc, 0.0), mask=mp)
+
+
+def _pad(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def run_dense(model, which: str, expect: bool = False, factored_off: bool = False):
+    """Launch the alpha (``which="alpha"``) or beta kernel on a ``distribution._Model`` (the
+    factored kernels for a (C, C) transition unless ``factored_off``).
+
+    Returns the messages (B, P, C+1) with ``-inf`` for impossible values, and with ``expect`` the
+    expected prefix (suffix) scores (B, P, C+1).
+    """
+    import torch
+
+    B, K, C = model.B, model.K, model.C
+    P = model.T + 1 + 2 * K
+    dev = model.device
+
+    def fin(x):  # -inf (forbidden) as MASK: the kernels add and compare, never subtract infinities
+        return torch.clamp(x, min=MASK).contiguous()
+
+    M = torch.full((B, P, C + 1), MASK, dtype=torch.float64, device=dev)
+    E = torch.zeros((B, P, C + 1), dtype=torch.float64, device=dev)
+    if which == "alpha":
+        M[:, K, C] = 0.0
+    ms = model.min_start if model.min_start is not None else torch.zeros(1, dtype=torch.long, device=dev)
+    args = (fin(model.S), fin(model.ps), fin(model.pe), fin(model.D), fin(model.TrK), fin(model.start_add),
+            fin(model.end_add), ms.contiguous(), model.lengths.contiguous(), M, E, P, K, C)
+    C1_PAD = _pad(C + 1)
+    meta = dict(HAS_MIN=model.min_start is not None, EXPECT=expect, C_PAD=_pad(C), C1_PAD=C1_PAD, num_warps=4)
+    if not model.direct and not factored_off:
+        # (C, C): the transition of every duration is the same; the factored recurrence
+        K_BLK = max(1, min(_pad(K), 2048 // _pad(C)))
+        tr = args[4][0].contiguous()  # (C+1, C)
+        args = args[:4] + (tr,) + args[5:]
+        if which == "alpha":
+            scratch = (torch.full((B, P, C), MASK, dtype=torch.float64, device=dev),
+                       torch.zeros((B, P, C), dtype=torch.float64, device=dev))
+            factored_alpha_kernel[(B,)](*args[:11], *scratch, *args[11:], K_BLK=K_BLK, **meta)
+        else:
+            factored_beta_kernel[(B,)](*args, K_BLK=K_BLK, **meta)
+    else:
+        kernel = dense_alpha_kernel if which == "alpha" else dense_beta_kernel
+        K_BLK = max(1, min(_pad(K), 4096 // (C1_PAD * _pad(C))))
+        kernel[(B,)](*args, K_BLK=K_BLK, **meta)
+    M = torch.where(M > -1e29, M, torch.full_like(M, float("-inf")))
+    return (M, E) if expect else M

@@ -1,0 +1,890 @@
+"""The entropy and its gradient on the time-parallel engine (a (C, C) transition).
+
+``H = log Z - E[score]`` and, for an edge e (a segment [s, s+k) of label c after label c'),
+
+    dH / dw_e = -mu_e (log mu_e + H - h_s(c') - h'_{s+k}(c)),
+
+where ``h_s(c')`` is the entropy of the prefix distribution given that a segment of label c' ends
+at s and ``h'_t(c)`` the entropy of the suffix distribution given that a segment of label c ends at
+t (``E[score | e] - E[score]`` written with entropies: ``alpha - E[prefix score] = h``). Both obey
+linear recurrences whose coefficients are the posterior "which predecessor / which duration"
+probabilities, known once the forward's and beta's rows are stored:
+
+    hU_s(c) = sum_{c'} pi_s(c'|c) (h_s(c') - log pi_s(c'|c)),   pi_s ∝ exp(alpha_s(c') + Tr[c', c])
+    h_t(c)  = sum_k rho_t(k|c) (hU_{t-k}(c) - log rho_t(k|c)),  rho_t ∝ exp(U_{t-k} + D[k-1] + S_t - S_{t-k})
+
+and the mirror image for ``h'`` (suffix entropies ``hY_t = h'_t`` at the Y rows, through the
+segment-start entropies ``hV``). The scores themselves never enter: the values stay small (an
+entropy accumulated within a chunk), so float32 rows relative to per-chunk float64 offsets are
+enough.
+
+Time-parallel like the forward (``forward.py``): every chunk runs from a guessed start (entropy
+0, the true weights), a fix-up reruns it from its neighbour's end state until the last K rows
+differ from the stored ones by one constant delta (the recurrence is linear and its
+coefficients are stochastic, so the difference becomes a constant as the posterior chain
+mixes), and a repair walks the chunks whose neighbour did not converge. Offsets are the prefix
+(suffix) sums of the deltas (``parallel.py``).
+
+Then the weighted marginals (``_entropy_marginals_kernel``): every marginal of
+``marginals.py`` times its factor ``log mu + H - h - h'``, with H interpolated between anchors
+where it is computed from the rows themselves (``_entropy_anchor_kernel``: H is the entropy of
+the segment covering the anchor plus the expected entropies of its prefix and suffix), as the
+log Z anchors of the marginals remove the float32 drift of the rows. With ``q`` those weighted
+marginals, ``dH/dtheta = -(the map from marginals to gradients)(q)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, triton  # noqa: F401
+
+if HAS_TRITON:
+    from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
+    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
+    from torch_semimarkov.engines.triton.marginals import _seg_terms, anchor_log_z
+
+    @triton.jit
+    def _load_ent_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+        """A saved entropy state: the ring of entropy rows (K_PAD, C_PAD), the current row, the
+        ring's frames and the current frame."""
+        lj = oj < live * K_PAD
+        lc = oc < live * C_PAD
+        hr = tl.load(e32 + oj[:, None] * C_PAD + oc[None, :], mask=lj[:, None] & lc[None, :], other=0.0)
+        h = tl.load(e32 + K_PAD * C_PAD + oc, mask=lc, other=0.0)
+        hfr = tl.load(e64 + oj, mask=lj, other=0.0)
+        Fh = tl.sum(tl.load(e64 + K_PAD + oj * 0, mask=(oj == 0) & lj, other=0.0), 0)
+        return hr, h, hfr, Fh
+
+    @triton.jit
+    def _save_ent_state(e32, e64, live, hr, h, hfr, Fh, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
+        lj = oj < live * K_PAD
+        lc = oc < live * C_PAD
+        tl.store(e32 + oj[:, None] * C_PAD + oc[None, :], hr, mask=lj[:, None] & lc[None, :])
+        tl.store(e32 + K_PAD * C_PAD + oc, h, mask=lc)
+        tl.store(e64 + oj, hfr, mask=lj)
+        tl.store(e64 + K_PAD + oj * 0, tl.zeros([K_PAD], tl.float64) + Fh, mask=(oj == 0) & lj)
+
+    @triton.jit
+    def _rebase(h, ok, F):
+        """Keep a row of entropies small: subtract its largest real value and add it to the
+        float64 frame (entropies grow along the sequence; the increments stay small)."""
+        sh = possible_shift(tl.max(tl.where(ok, h, -3e38), 0))
+        return tl.where(ok, h - sh, h), F + sh.to(tl.float64)
+
+    @triton.jit
+    def _mix_step(xk, hr):
+        """``sum_k rho_k (hr_k - log rho_k)`` per column with ``rho = softmax_k(xk)``, and the
+        log-sum-exp of ``xk``; ``ok`` False where no entry is real.
+
+        No select per entry: an entry that is not real sits below -1e29 (the inputs' forbidden
+        values and the rows' impossible ones are the finite IMPOSSIBLE, -1e30, never -inf), so in
+        a column with a real entry its weight ``exp(xk - m)`` is exactly 0 and ``0 * (hr - xk)``
+        is 0 (every term is finite); a column with none is dropped by ``ok``. The same values as
+        masking each entry (up to how the compiler fuses the arithmetic: float32 rounding), for
+        less work a step."""
+        m = tl.max(xk, 0)
+        ok = m > -1e29
+        pk = tl.exp(xk - m[None, :])
+        z = tl.sum(pk, 0)
+        lz = log_(z)
+        h = tl.sum(pk * (hr - xk + m[None, :]), 0) / z + lz
+        return tl.where(ok, h, 0.0), tl.where(ok, m + lz, MASK), ok
+
+    @triton.jit
+    def _pick_step(x, hv):
+        """``sum_j p_j (hv_j - log p_j)`` per row of x (softmax over the fast axis j); entries
+        that are not real weigh exactly 0 (see ``_mix_step``)."""
+        mx = tl.max(x, 1)
+        ok = mx > -1e29
+        ex = tl.exp(x - mx[:, None])
+        z = tl.sum(ex, 1)
+        lz = mx + log_(z)
+        h = tl.sum(ex * (hv[None, :] - (x - lz[:, None])), 1) / z
+        return tl.where(ok, h, 0.0), ok
+
+    @triton.jit
+    def _ent_fwd_run(a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
+                     oc, mc, TOL,
+                     C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b,
+                     HAS_MASK: tl.constexpr):
+        """Steps t = a+1 .. b of the prefix entropies from the state (hr, h) at a, storing rows
+        ``h_s`` and ``hU_s`` (s = t-1). The weights come from the stored rows: the ring of
+        ``U_hat_p - (S_p - S_ref)`` (frame ``rfr``) starts from rows a-K+1 .. a-1.
+        Rows are relative to a float64 frame (``fh_b``, the same for ``h_s`` and ``hU_s``).
+        COMPARE (fix-up): stop once the last K ``hU`` rows differ from the stored ones by one
+        constant. Returns ``(hr, h, hfr, Fh, converged, delta, steps, t_last)``."""
+        a_in = tl.minimum(a, L)
+        s_ref = tl.load(cum_b + a_in * C + oc, mask=mc, other=0.0).to(tl.float32)
+        p = a_in - 1 - ((a_in - 1 - oj) & (K_PAD - 1))
+        vp = p >= 0
+        m2 = vp[:, None] & mc[None, :]
+        pr = tl.where(vp, p, 0)
+        ring = tl.load(w_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
+        sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
+        ring = tl.where(m2, ring - (sp - s_ref[None, :]), MASK)
+        rfr = tl.load(f_b + pr, mask=vp, other=0.0)
+        s_prev = s_ref
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        t = a + 1
+        # the stored rows of step t are loaded during step t-1 (they do not depend on the
+        # recurrence): a load's latency is then off the critical path; the row index is clamped
+        # into the sequence instead of masked (a row past b is loaded but never used)
+        av_n = tl.load(a_b + a_in * C + oc, mask=mc, other=MASK)
+        uv_n = tl.load(w_b + a_in * C + oc, mask=mc, other=MASK)
+        fs_n = tl.load(f_b + a_in)
+        st_n = tl.load(cum_b + tl.minimum(a_in + 1, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
+        ms_n = tl.zeros([C_PAD], dtype=tl.int32)
+        if HAS_MASK:
+            ms_n = tl.load(ms_b + tl.minimum(a_in + 1, L) * C + oc, mask=mc, other=0)
+        while (t <= b) & (conv == 0):
+            s = t - 1
+            s32 = tl.cast(s, tl.int32)
+            av = av_n
+            uv = uv_n
+            fs = fs_n
+            s_t = st_n
+            ms = ms_n
+            tn = tl.minimum(t, L)
+            av_n = tl.load(a_b + tn * C + oc, mask=mc, other=MASK)
+            uv_n = tl.load(w_b + tn * C + oc, mask=mc, other=MASK)
+            fs_n = tl.load(f_b + tn)
+            st_n = tl.load(cum_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                ms_n = tl.load(ms_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0)
+            # hU_s: the predecessor label (the phantom at s = 0 is no choice)
+            hu, _ = _pick_step(trT + av[None, :], h)
+            hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
+            if COMPARE:
+                hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
+                fh_ref = tl.load(fh_b + s)
+                tl.debug_barrier()
+            tl.store(h_b + s * C + oc, h, mask=mc)
+            tl.store(hu_b + s * C + oc, hu, mask=mc)
+            tl.store(fh_b + s, Fh)
+            slot = s32 & (K_PAD - 1)
+            ring = tl.where(oj[:, None] == slot, (uv - (s_prev - s_ref))[None, :], ring)
+            rfr = tl.where(oj == slot, fs, rfr)
+            hr = tl.where(oj[:, None] == slot, hu[None, :], hr)
+            hfr = tl.where(oj == slot, Fh, hfr)
+            F_s = Fh
+            # h_t: the duration of the segment ending at t
+            kj = ((s32 - oj) & (K_PAD - 1)) + 1
+            vj = kj <= tl.minimum(k_max, t)
+            drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
+                           other=MASK).to(tl.float32)
+            xk = ring + drot + (rfr - fs).to(tl.float32)[:, None]
+            if HAS_MASK:
+                xk = tl.where((t - kj)[:, None] >= ms[None, :], xk, MASK)
+            hn, _, okn = _mix_step(xk, hr + (hfr - Fh).to(tl.float32)[:, None])
+            h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
+            if COMPARE:
+                lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
+                inwin = ((s32 - oj) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            s_prev = s_t
+            if t % REBASE == 0:
+                ring += (s_t - s_ref)[None, :]
+                s_ref = s_t
+            t += 1
+        return hr, h, hfr, Fh, conv, delta, t - 1 - a, t - 1
+
+    @triton.jit
+    def _ent_fwd_chunks_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (C, C) transition [c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) lengths
+        a_ptr,  # (B, T+1, C) alpha_hat rows (the forward's)
+        w_ptr,  # (B, T+1, C) U_hat rows (the forward's)
+        f_ptr,  # (B, T+1) float64 global frames of those rows
+        h_ptr,  # (B, T+1, C) float32 out: h_s relative to the frame of row s
+        hu_ptr,  # (B, T+1, C) float32 out: hU_s relative to the frame of row s
+        fh_ptr,  # (B, T+1) float64 out: frames of the h / hU rows (chunk j's system)
+        e32, e64,  # (2, B, NCH, ...) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr, src_ptr, dl_ptr, cv_ptr,  # (B, NCH): converged, source of the end state, delta, steps
+        C, K, W, NCH, s_cum_b, s_w_b, s_f_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        REBASE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        IDX64: tl.constexpr = False,
+        ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+    ):
+        b_id = tl.program_id(0).to(tl.int64)
+        ms_b = ms_ptr
+        if HAS_MASK:
+            ms_b = ms_ptr + b_id * s_w_b
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        E32 = K_PAD * C_PAD + C_PAD
+        cum_b = cum_ptr + b_id * s_cum_b
+        a_b = a_ptr + b_id * s_w_b
+        w_b = w_ptr + b_id * s_w_b
+        f_b = f_ptr + b_id * s_f_b
+        h_b = h_ptr + b_id * s_w_b
+        hu_b = hu_ptr + b_id * s_w_b
+        fh_b = fh_ptr + b_id * s_f_b
+        E64 = K_PAD + 1
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        # (C_PAD dst, C_PAD src): the predecessor runs along the fast axis
+        trT = tl.load(tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
+        k_max = tl.minimum(K, L)
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
+            h = tl.zeros([C_PAD], dtype=tl.float32)
+            hfr = tl.zeros([K_PAD], dtype=tl.float64)
+            Fh = tl.sum(tl.zeros([1], tl.float64), 0)
+            hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
+                a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj, oc, mc,
+                TOL, C_PAD, K_PAD, REBASE, False, ms_b, HAS_MASK)
+            e = row + j
+            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
+            if live & (b == L):
+                tl.store(h_b + L * C + oc, h, mask=mc)
+                tl.store(fh_b + L, Fh)
+        else:
+            j0 = 1
+            j1 = NCH
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 + 1
+            clean_prev = tl.full([], 1, tl.int32)
+            for j in range(j0, j1):
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 1) & (a < L)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j - 1)
+                    e = (sp - 1) * half + row + j - 1
+                    hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
+                        a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
+                        oc, mc, TOL, C_PAD, K_PAD, REBASE, True, ms_b, HAS_MASK)
+                    if conv != 0:
+                        _fix_prefix_frames(fh_b, a, t_last, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                        if b == L:
+                            tl.store(h_b + L * C + oc, h, mask=mc)
+                            tl.store(fh_b + L, Fh)
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                tl.debug_barrier()
+
+    @triton.jit
+    def _ent_beta_run(a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
+                      mc, TOL,
+                      C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr, COMPARE: tl.constexpr,
+                      me_b, fl_b, HAS_MASK: tl.constexpr):
+        """Steps s = b-1 down to a of the suffix entropies from the state (hr, hy) at b, storing
+        rows ``hY_t = h'_t`` (t = s+1). The weights come from the stored Y rows: the ring of
+        ``Y_hat_p + (S_p - S_ref)`` (frame ``rfr``) starts from rows b+1 .. b+K-1.
+        Rows are relative to a float64 frame (``gh_b``). Returns
+        ``(hr, hy, hfr, Gh, converged, delta, steps, t_low)``: this run wrote rows t_low .. b."""
+        b_in = tl.minimum(b, L)
+        s_ref = tl.load(cum_b + b_in * C + oc, mask=mc, other=0.0).to(tl.float32)
+        p = b_in + 1 + ((oj - b_in - 1) & (K_PAD - 1))
+        vp = p <= L
+        m2 = vp[:, None] & mc[None, :]
+        pr = tl.where(vp, p, 0)
+        ring = tl.load(x_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
+        sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
+        ring = tl.where(m2, ring + (sp - s_ref[None, :]), MASK)
+        rfr = tl.load(g_b + pr, mask=vp, other=0.0)
+        s_next = s_ref
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        s = b - 1
+        # step s's stored rows are loaded during step s+1 (see the forward's run)
+        sn = tl.maximum(tl.minimum(s, L), 0)
+        yv_n = tl.load(x_b + (sn + 1) * C + oc, mask=mc, other=MASK)
+        gt_n = tl.load(g_b + sn + 1)
+        ss_n = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+        ps_n = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            ps_n = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+        me_n = tl.zeros([C_PAD], dtype=tl.int32)
+        fl_n = tl.full([], 0, tl.int32)
+        if HAS_MASK:
+            me_n = tl.load(me_b + sn * C + oc, mask=mc, other=0)
+            fl_n = tl.load(fl_b + sn).to(tl.int32)
+        while (s >= a) & (conv == 0):
+            t = s + 1
+            t32 = tl.cast(t, tl.int32)
+            yv = yv_n
+            gt = gt_n
+            s_s = ss_n
+            ps_s = ps_n
+            me = me_n
+            fl = fl_n
+            sn = tl.maximum(s - 1, 0)
+            yv_n = tl.load(x_b + (sn + 1) * C + oc, mask=mc, other=MASK)
+            gt_n = tl.load(g_b + sn + 1)
+            ss_n = tl.load(cum_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_PS:
+                ps_n = tl.load(ps_b + sn * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                me_n = tl.load(me_b + sn * C + oc, mask=mc, other=0)
+                fl_n = tl.load(fl_b + sn).to(tl.int32)
+            hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
+            if COMPARE:
+                hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
+                gh_ref = tl.load(gh_b + t)
+                tl.debug_barrier()
+            tl.store(hy_b + t * C + oc, hyrow, mask=mc)
+            tl.store(gh_b + t, Gh)
+            slot = t32 & (K_PAD - 1)
+            ring = tl.where(oj[:, None] == slot, (yv + (s_next - s_ref))[None, :], ring)
+            rfr = tl.where(oj == slot, gt, rfr)
+            hr = tl.where(oj[:, None] == slot, hyrow[None, :], hr)
+            hfr = tl.where(oj == slot, Gh, hfr)
+            G_t = Gh
+            # hV_s: the duration of the segment starting at s
+            kj = ((oj - t32) & (K_PAD - 1)) + 1
+            vj = kj <= tl.minimum(L - s, k_max)
+            drot = tl.load(db_ptr + (kj[:, None] - 1) * C + oc[None, :], mask=vj[:, None] & mc[None, :],
+                           other=MASK).to(tl.float32)
+            xk = ring + drot + (rfr - gt).to(tl.float32)[:, None]
+            if HAS_MASK:
+                xk = tl.where((s + kj)[:, None] <= me[None, :], xk, MASK)
+            hv, lse, okv = _mix_step(xk, hr + (hfr - Gh).to(tl.float32)[:, None])
+            # V_s(c) in frame G_t: its differences over c pick the segment's label
+            v = lse - (s_s - s_ref)
+            if HAS_PS:
+                v += ps_s
+            if HAS_MASK:
+                v += tl.where((fl & 4) != 0, MASK, 0.0)
+            v = tl.where(okv & mc, v, MASK)
+            hv = tl.where(okv, hv, 0.0)
+            # h'_s(c'): the label of the segment starting at s, given the predecessor c'
+            hy, oky = _pick_step(tr + v[None, :], hv)
+            hy, Gh = _rebase(tl.where(mc, hy, 0.0), oky & mc, Gh)
+            if COMPARE:
+                lo, hi = row_offset_bounds(hyrow, hy_ref, G_t - gh_ref, mc, TOL)
+                inwin = ((oj - t32) & (K_PAD - 1)) < K
+                wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
+                delta = tl.where(ok, d, delta)
+                conv = tl.where(ok, 1, 0).to(tl.int32)
+            s_next = s_s
+            if s % REBASE == 0:
+                ring -= (s_s - s_ref)[None, :]
+                s_ref = s_s
+            s -= 1
+        return hr, hy, hfr, Gh, conv, delta, b - 1 - s, s + 2
+
+    @triton.jit
+    def _ent_beta_chunks_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C) (read only if HAS_PS)
+        x_ptr,  # (B, T+1, C) Y_hat rows (beta's)
+        g_ptr,  # (B, T+1) float64 global frames of the Y rows
+        hy_ptr,  # (B, T+1, C) float32 out: h'_t relative to the frame of row t
+        gh_ptr,  # (B, T+1) float64 out: frames of the hY rows (chunk j's system)
+        e32, e64,  # (2, B, NCH, ...) end states
+        st_ptr, src_ptr, dl_ptr, cv_ptr,
+        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        REBASE: tl.constexpr,
+        PHASE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8 flags (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+    ):
+        b_id = tl.program_id(0).to(tl.int64)
+        me_b = me_ptr
+        fl_b = fl_ptr
+        if HAS_MASK:
+            me_b = me_ptr + b_id * s_x_b
+            fl_b = fl_ptr + b_id * s_g_b
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        oj = tl.arange(0, K_PAD)
+        E32 = K_PAD * C_PAD + C_PAD
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        x_b = x_ptr + b_id * s_x_b
+        g_b = g_ptr + b_id * s_g_b
+        hy_b = hy_ptr + b_id * s_x_b
+        gh_b = gh_ptr + b_id * s_g_b
+        E64 = K_PAD + 1
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH
+        # (C_PAD src, C_PAD dst): the segment's label runs along the fast axis
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
+        k_max = tl.minimum(K, L)
+        n_b = (L + W - 1) // W
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
+            hy = tl.zeros([C_PAD], dtype=tl.float32)
+            hfr = tl.zeros([K_PAD], dtype=tl.float64)
+            Gh = tl.sum(tl.zeros([1], tl.float64), 0)
+            hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
+                a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
+                C_PAD, K_PAD, REBASE, HAS_PS, False, me_b, fl_b, HAS_MASK)
+            e = row + j
+            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
+        else:
+            j0 = n_b - 2
+            j1 = -1
+            if PHASE == 2:
+                j0 = tl.program_id(1)
+                j1 = j0 - 1
+            clean_prev = tl.full([], 1, tl.int32)
+            for jj in range(0, j0 - j1):
+                j = j0 - jj
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = (j >= 0) & (j < n_b - 1)
+                redo = live
+                if PHASE == 3:
+                    redo = live & (clean_prev == 0)
+                if redo:
+                    sp = 1
+                    if PHASE == 3:
+                        sp = tl.load(src_ptr + row + j + 1)
+                    e = (sp - 1) * half + row + j + 1
+                    hr, hy, hfr, Gh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
+                        a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
+                        mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
+                    if conv != 0:
+                        _fix_suffix_frames(gh_b, t_low, b, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        e = half + row + j
+                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if live:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                tl.debug_barrier()
+
+    @triton.jit
+    def _entropy_anchor_kernel(
+        cum_ptr,  # (B, T+1, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        w_ptr,  # (B, T+1, C) U_hat (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) Y_hat (backward)
+        g_ptr,  # (B, T+1) float64 backward frames
+        lz_ptr,  # (B, NA) float64: log Z at the anchors (``_anchor_kernel``)
+        hu_ptr,  # (B, T+1, C) hU rows
+        oh_ptr,  # (B, T+1) float64: their offsets
+        hy_ptr,  # (B, T+1, C) hY rows
+        oy_ptr,  # (B, T+1) float64: their offsets
+        out_ptr,  # (B, NA) float64 out: H at anchor j
+        C, K, A, NA, s_cum_b, s_a_b, s_f_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        me_ptr=None,
+        HAS_MASK: tl.constexpr = False,
+    ):
+        """H from the rows at anchor p_j = min(j·A, L): the segment covering q = min(p_j, L-1)
+        splits every segmentation into that segment, a prefix and a suffix (independent given
+        it), so ``H = sum_seg mu (hU_s + hY_e - log mu)``. Program (b, j)."""
+        b = tl.program_id(0).to(tl.int64)
+        j = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        cum_b = cum_ptr + b * s_cum_b
+        w_b = w_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        hu_b = hu_ptr + b * s_a_b
+        hy_b = hy_ptr + b * s_a_b
+        oh_b = oh_ptr + b * s_f_b
+        oy_b = oy_ptr + b * s_f_b
+        q = tl.maximum(tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1), 0)
+        lz = tl.load(lz_ptr + b * NA + j)
+        href = tl.load(oh_b + q) + tl.load(oy_b + q + 1)
+        acc = tl.zeros([C_PAD], dtype=tl.float32)
+        for i in range(0, tl.minimum(K, q + 1)):
+            s = q - i
+            u = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+            hu = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            fs = tl.load(f_b + s)
+            ohs = tl.load(oh_b + s)
+            k_hi = tl.minimum(K, L - s)
+            me = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
+            for kb in range(i + 1, k_hi + 1, K_BLOCK):
+                k = kb + ok
+                vk = k <= k_hi
+                m2 = vk[:, None] & mc[None, :]
+                e = s + k
+                if HAS_MASK:
+                    m2 = m2 & (e[:, None] <= me[None, :])
+                y = tl.load(x_b + e[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                hy = tl.load(hy_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0)
+                d = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                seg = (tl.load(cum_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                fr = (tl.load(g_b + e, mask=vk, other=0.0) + fs - lz).to(tl.float32)
+                z = tl.where(m2, u[None, :] + d + seg + y + fr[:, None], 2 * MASK)
+                p = tl.where(m2, tl.exp(z), 0.0)
+                oh = (tl.load(oy_b + e, mask=vk, other=0.0) + ohs - href).to(tl.float32)
+                acc += tl.sum(tl.where(p > 0, p * (hu[None, :] + hy + oh[:, None] - z), 0.0), 0)
+        H = href + tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
+        tl.store(out_ptr + b * NA + j, H)
+
+    @triton.jit
+    def _wseg_terms(s, L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
+                    me_b, C, A, HAS_MASK: tl.constexpr):
+        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg`` (below
+        -1e29 where not allowed, as in ``marginals._seg_terms``) and the factor
+        ``log P_seg + H - hU_s - hY_{s+k}`` (finite everywhere)."""
+        z, ok2 = _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+        hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
+        huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0)
+        oyk = tl.load(oy_b + s + k, mask=k <= L - s, other=0.0)
+        return z, z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
+
+    @triton.jit
+    def _entropy_marginals_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        anc_ptr,  # (B, NA) float64: log Z at the anchors
+        hanc_ptr,  # (B, NA) float64: H at the anchors
+        a_ptr,  # (B, T+1, C) alpha_hat
+        w_ptr,  # (B, T+1, C) U_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) Y_hat
+        g_ptr,  # (B, T+1) float64
+        h_ptr, hu_ptr, oh_ptr,  # forward entropy rows h, hU and their offsets (B, T+1) float64
+        hy_ptr, oy_ptr,  # backward entropy rows hY and their offsets
+        pst_ptr,  # (B, T, C) float32 out, zero-initialised: P_start(s, c)
+        qst_ptr,  # (B, T, C) float32 out, zero-initialised: Q_start(s, c)
+        qend_ptr,  # (B, T, C) float32 out: Q_end at the last position e
+        wtr_ptr,  # (B, NCH, C, C) float32 out: weighted transition marginals of the chunk
+        wdb_ptr,  # (B, NCH, K, C) float32 out: weighted duration marginals of the chunk
+        C, K, CH, NCH, A, NA, s_cum_b, s_a_b, s_f_b, s_p_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        me_ptr=None,
+        HAS_MASK: tl.constexpr = False,
+        ONE_KB: tl.constexpr = False,
+    ):
+        """``_shared_factored_kernel`` with every marginal mu weighted by
+        ``log mu + H - h_prefix - h_suffix`` (Q = sum mu · factor); the transition term at s >= 1
+        adds the choice of the predecessor: ``pi (P_start (log pi - h_s(c') + hU_s(c)) + Q_start)``."""
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        anc_b = anc_ptr + b * NA
+        hanc_b = hanc_ptr + b * NA
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        a_b = a_ptr + b * s_a_b
+        w_b = w_ptr + b * s_a_b
+        x_b = x_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        g_b = g_ptr + b * s_f_b
+        h_b = h_ptr + b * s_a_b
+        hu_b = hu_ptr + b * s_a_b
+        hy_b = hy_ptr + b * s_a_b
+        oh_b = oh_ptr + b * s_f_b
+        oy_b = oy_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        qst_b = qst_ptr + b * s_p_b
+        qend_b = qend_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        cum_b = cum_ptr + b * s_cum_b
+        me_b = me_ptr + b * s_a_b if HAS_MASK else cum_b
+        s0 = ch * CH
+        s1 = tl.minimum(s0 + CH, L)
+        m2c = mc[:, None] & mc[None, :]
+
+        # Q_end(t) = P_node (log P_node + H - h_t - hY_t): the duration's entropy is inside h_t
+        for last in range(s0, s1):
+            t = last + 1
+            lzt = anchor_log_z(anc_b, t, L, A)
+            ht = anchor_log_z(hanc_b, t, L, A)
+            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            if HAS_PE:
+                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
+            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
+            p = tl.exp(z)
+            hh = tl.load(h_b + t * C + oc, mask=mc, other=0.0) + tl.load(hy_b + t * C + oc, mask=mc, other=0.0)
+            fac = z + (ht - tl.load(oh_b + t) - tl.load(oy_b + t)).to(tl.float32) - hh
+            tl.store(qend_b + last * C + oc, tl.where(p > 0, p * fac, 0.0), mask=mc)
+
+        # segments: Q(s, k, c) = P_seg (log P_seg + H - hU_s - hY_{s+k})
+        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+        for kb in range(0, K, K_BLOCK):
+            k = kb + 1 + ok
+            vk0 = k <= K
+            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
+            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            # every position's rows are loaded one iteration early (they do not depend on the
+            # loop): the loads' latency overlaps the previous position's arithmetic
+            z_n, fac_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, hanc_b,
+                                     oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
+            for s in range(s0, s1):
+                z = z_n
+                fac = fac_n
+                z_n, fac_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b,
+                                         w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
+                # a segment that is not allowed has p exactly 0 and a finite factor: q exactly 0
+                p = tl.exp(z)
+                q = p * fac
+                acc += q
+                if ONE_KB:
+                    # one duration block: this iteration's sums are the whole rows
+                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                    tl.store(qst_b + s * C + oc, tl.sum(q, 0), mask=mc)
+                else:
+                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+                    qst = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(qst_b + s * C + oc, qst + tl.sum(q, 0), mask=mc)
+            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
+        tl.debug_barrier()
+
+        # transitions: pi(c'|c) (P_start (log pi - h_s(c') + hU_s(c)) + Q_start); at s = 0 the
+        # phantom predecessor is no choice: pi Q_start
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+        acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
+        for s in range(s0, s1):
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            x = av[:, None] + tr
+            mx = tl.max(x, 0)
+            e = tl.exp(x - mx[None, :])
+            zs = tl.sum(e, 0)
+            zs = tl.where(zs > 0, zs, 1.0)
+            pi = e / zs[None, :]
+            lpi = x - (mx + log_(zs))[None, :]
+            pv = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+            qv = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
+            hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0)
+            huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+            choice = pv[None, :] * (lpi - hv[:, None] + huv[None, :])
+            choice = tl.where(s == 0, 0.0, choice)
+            acc_tr += tl.where(pi > 0, pi * (choice + qv[None, :]), 0.0)
+        wtr_b = wtr_ptr + (b * NCH + ch) * C * C
+        tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
+
+
+#: Warps of the two entropy recurrences (None: :func:`entropy_warps`); benchmarks/GPU_NOTES.md
+#: says why.
+ENTROPY_WARPS = None
+
+#: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
+#: on two CUDA streams.
+ENTROPY_STREAMS = True
+
+#: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's
+#: chunks).
+ENTROPY_PROGRAMS_PER_SM = None
+
+
+def entropy_warps(plan) -> int:
+    """Warps of the two entropy recurrences: the fewest whose register budget
+    (:data:`~.plan.REG_RING_ELEMENTS`) holds the (K_PAD, C_PAD) ring, from 2 (the log Z kernels
+    start from 4). Their steps do about twice the forward's work per ring entry, and fewer warps
+    halve the cross-warp reductions; below the budget (a ring of 4096 entries on 2 warps) the
+    registers spill. On an H200 this took the recurrences' share of an entropy with its gradient
+    at (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
+    from torch_semimarkov.engines.triton.plan import ring_warps
+    return ENTROPY_WARPS if ENTROPY_WARPS is not None else ring_warps(plan.k_pad, plan.c_pad, fewest=2)
+
+
+def entropy_chunk(B: int, T: int, K_eff: int, plan, device) -> int:
+    """Chunk length of the two entropy recurrences: the plan's, or about
+    :data:`ENTROPY_PROGRAMS_PER_SM` programs per multiprocessor, each at least 2·K long."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+    if ENTROPY_PROGRAMS_PER_SM is None or plan_mod.CHUNK_OVERRIDE is not None:
+        return plan.chunk
+    want = max(1, -(-ENTROPY_PROGRAMS_PER_SM * plan_mod._sms(device) // max(B, 1)))
+    return max(2 * K_eff, 64, -(-T // want))
+
+
+def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan, masks=None):
+    """The entropy and its weighted marginals on the time-parallel register-ring engine.
+
+    Args: validated inputs with a (C, C) transition; ``plan`` a time-parallel ``"reg"`` plan
+    (:func:`~.plan.masked_plan`); ``masks`` as for :func:`~.launch.launch_forward`.
+
+    Returns:
+        ``(H (B,) float64, q_start (B, T, C), q_end (B, T, C), q_tr (B, C, C), q_db (B, K, C))``:
+        ``dH/dtheta`` is minus the gradient map of log Z applied to the q's (as
+        :func:`~torch_semimarkov.streaming.autograd._scale_grads` maps the marginals). Sequences
+        with no allowed segmentation: H = 0 and every q 0.
+    """
+    from torch_semimarkov.engines.torch.reference import feasible, zero_rows
+    from torch_semimarkov.engines.triton.launch import _prepare
+    from torch_semimarkov.engines.triton.marginals import _anchor_kernel, chunking
+    from torch_semimarkov.engines.triton.parallel import (TOL, _chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
+                           forward_offsets)
+
+    if not (plan.time_parallel and plan.kind == "reg"):
+        raise ValueError("the entropy engine runs on the time-parallel register-ring plan (see masked_plan)")
+    cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
+        cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    dtype = cum_scores.dtype
+    K_eff = plan.K
+    c_pad, k_pad, W = plan.c_pad, plan.k_pad, plan.chunk
+    ps = proj_start if proj_start is not None else cum_scores
+    pe = proj_end if proj_end is not None else cum_scores
+    mask_fwd = {} if masks is None else dict(ms_ptr=masks[0], HAS_MASK=True)
+    mask_bwd = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+    mask_me = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=entropy_warps(plan),
+                IDX64=plan.idx64)
+    # the entropy recurrences' own chunks (their rows carry their own offsets)
+    We = entropy_chunk(B, T, K_eff, plan, dev)
+    ne = max(1, -(-T // We))
+
+    def prefix():
+        saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "log", proj_start,
+                                              proj_end, plan, masks=masks)
+        h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        hu = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
+        args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
+                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=status,
+                    src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
+                    s_w_b=T1 * C, s_f_b=T1, TOL=TOL, **mask_fwd)
+        _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
+        return saved[0], saved[1], frames, h, hu, forward_offsets(fh, delta, We)
+
+    def suffix():
+        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                                   masks=masks)
+        hy = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+        gh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
+        args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
+                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=status, src_ptr=src,
+                    dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
+                    s_x_b=T1 * C, s_g_b=T1, TOL=TOL, **mask_bwd)
+        _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
+        return x_hat, g, hy, backward_offsets(gh, delta, We)
+
+    if cum_scores.is_cuda and ENTROPY_STREAMS:
+        # the two halves are independent and each leaves the GPU partly idle: run them side by side
+        main = torch.cuda.current_stream(dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            back = suffix()
+        alpha_hat, w_hat, frames, h, hu, oh = prefix()
+        main.wait_stream(side)
+        for t in back:
+            t.record_stream(main)
+        x_hat, g, hy, oy = back
+    else:
+        alpha_hat, w_hat, frames, h, hu, oh = prefix()
+        x_hat, g, hy, oy = suffix()
+    rows = torch.arange(B, device=dev)
+    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
+
+    # anchors: log Z, then H, every A positions
+    A = W
+    n_anchor = -(-T // A) + 1
+    lz = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
+                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=4, IDX64=plan.idx64)
+    _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, out_ptr=lz,
+                                  K_BLOCK=plan.k_block, **mask_me)
+    lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
+    H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    _entropy_anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
+                                          lz_ptr=lz, hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H,
+                                          K_BLOCK=plan.k_block, **mask_me)
+    H = torch.where(ok[:, None], H, torch.zeros_like(H))
+
+    # weighted marginals
+    ch, nch = chunking(B, T, C, K_eff * C + C * C)
+    p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    q_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    q_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
+    wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
+    _entropy_marginals_kernel[(B, nch)](
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, pe_ptr=pe, anc_ptr=lz,
+        hanc_ptr=H, a_ptr=alpha_hat, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, h_ptr=h, hu_ptr=hu, oh_ptr=oh,
+        hy_ptr=hy, oy_ptr=oy, pst_ptr=p_start, qst_ptr=q_start, qend_ptr=q_end, wtr_ptr=wtr, wdb_ptr=wdb, C=C,
+        K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C,
+        C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64,
+        ONE_KB=K_eff <= plan.k_block, **mask_me)
+    q_tr = wtr.sum(1).double()
+    q_db = wdb.sum(1).double()
+    for t in (q_start, q_end, q_tr, q_db):
+        zero_rows(t, ok)
+    if K_eff < K:
+        q_db = torch.cat([q_db, q_db.new_zeros(B, K - K_eff, C)], 1)
+    return H[:, 0], q_start.to(dtype), q_end.to(dtype), q_tr.to(dtype), q_db.to(dtype)

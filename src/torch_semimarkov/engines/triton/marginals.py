@@ -1,0 +1,411 @@
+"""Marginal kernels: every posterior marginal and parameter gradient of ``docs/internals.md`` §3
+from the stored forward and backward rows, fully parallel over (sequence, chunk of positions).
+
+No atomics: each program writes P_start and P_end of its positions and sums the transition and
+duration marginals of its chunk in registers, written once to a per-(sequence, chunk) workspace
+that the host reduces in a fixed order (bitwise reproducible). Every marginal is
+``exp(hat values + (frame sum - log Z))``: frames and log Z are combined in float64 and only the
+small remainder is cast to float32.
+"""
+
+from __future__ import annotations
+
+from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noqa: F401
+
+if HAS_TRITON:
+    from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import log_
+
+    @triton.jit
+    def anchor_log_z(anc_b, t, L, A):
+        """log Z for position t: linear between the anchors p_j <= t <= p_{j+1}."""
+        j = tl.minimum(t // A, (L - 1) // A)
+        p0 = j * A
+        p1 = tl.minimum(p0 + A, L)
+        z0 = tl.load(anc_b + j)
+        z1 = tl.load(anc_b + j + 1)
+        return z0 + (z1 - z0) * ((t - p0).to(tl.float64) / (p1 - p0).to(tl.float64))
+
+    @triton.jit
+    def _anchor_kernel(
+        cum_ptr,  # (B, T+1, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        w_ptr,  # (B, T+1, C) U_hat = u_hat + ps (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) Y_hat = pe_{t-1} + beta_hat_t (backward)
+        g_ptr,  # (B, T+1) float64 backward frames
+        out_ptr,  # (B, NA) float64 out: log Z at anchor j
+        C, K, A, NA, s_cum_b, s_a_b, s_f_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+        NS: tl.constexpr = 1,
+    ):
+        """log Z from the stored rows at anchor p_j = min(j·A, L): every segmentation has one
+        segment covering position q = min(p_j, L-1), so log Z = LSE over the segments (s, e, c)
+        with s <= q < e of U_s + D[e-s-1] + S_e - S_s + Y_e (plus frames). Program (b, j).
+        HAS_MASK: only the allowed segments (e <= max_end[s, c]).
+        NS > 1 (large K): program (b, j·NS + p) sums the starts s = q - i with i in its p-th share
+        of [0, K) and writes that partial log-sum to ``out_ptr`` (B, NA, NS); the host reduces."""
+        b = tl.program_id(0).to(tl.int64)
+        j = tl.program_id(1)
+        part = j * 0
+        if NS > 1:
+            part = j % NS
+            j = j // NS
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        cum_b = cum_ptr + b * s_cum_b
+        w_b = w_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        q = tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1)
+        # frames differ from this reference by O(1) near q: float32 keeps their differences
+        ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
+        run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        i_lo = 0
+        i_hi = tl.minimum(K, q + 1)
+        if NS > 1:
+            per = (K + NS - 1) // NS
+            i_lo = part * per
+            i_hi = tl.minimum(i_hi, i_lo + per)
+        for i in range(i_lo, i_hi):
+            s = q - i
+            u = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            fs = tl.load(f_b + s)
+            k_hi = tl.minimum(K, L - s)
+            me = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
+            for kb in range(i + 1, k_hi + 1, K_BLOCK):
+                k = kb + ok
+                vk = k <= k_hi
+                m2 = vk[:, None] & mc[None, :]
+                e = s + k
+                if HAS_MASK:
+                    m2 = m2 & (e[:, None] <= me[None, :])
+                y = tl.load(x_b + e[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                d = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                seg = (tl.load(cum_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
+                fr = (tl.load(g_b + e, mask=vk, other=0.0) + fs - ref).to(tl.float32)
+                z = tl.where(m2, u[None, :] + d + seg + y + fr[:, None], 2 * MASK)
+                nm = tl.maximum(run_m, tl.max(z, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
+                run_m = nm
+        m = tl.max(run_m, 0)
+        total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
+        lz = m + log_(tl.where(total > 0, total, 1.0))
+        tl.store(out_ptr + (b * NA + j) * NS + part, ref + lz.to(tl.float64))
+
+    @triton.jit
+    def _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK: tl.constexpr):
+        """(C_PAD,) the longest allowed duration of a segment starting at s, per label (0 for a
+        padded label): the sequence's end, K and a mask's limit, so that one compare per entry
+        of a (K_BLOCK, C_PAD) tile says which segments are allowed, masked or not."""
+        lim = tl.where(mc, tl.minimum(L - s, K), 0)
+        if HAS_MASK:
+            lim = tl.minimum(lim, tl.load(me_b + s * C + oc, mask=mc, other=0) - s)
+        return lim
+
+    @triton.jit
+    def _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
+        """``log P_seg`` of the segments starting at s with durations k (K_BLOCK, C_PAD): below
+        -1e29 where a segment is not allowed (past the sequence's end or K, or a mask's limit:
+        its rows are not loaded), so that ``exp`` gives exactly 0 there with no select (every
+        value is finite: forbidden inputs are IMPOSSIBLE = -1e30, never -inf). Also returns which
+        entries are allowed."""
+        ok2 = k[:, None] <= _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK)[None, :]
+        lzs = anchor_log_z(anc_b, s, L, A)
+        wv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+        fs = tl.load(f_b + s)
+        xv = tl.load(x_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=MASK)
+        gk = tl.load(g_b + s + k, mask=k <= L - s, other=0.0)
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        seg = (tl.load(cum_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0) - s_s[None, :]).to(tl.float32)
+        return xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None], ok2
+
+    @triton.jit
+    def _shared_factored_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        anc_ptr,  # (B, NA) float64: log Z at the anchors p_j = min(j·A, L) (``_anchor_kernel``)
+        a_ptr,  # (B, T+1, C) alpha_hat
+        w_ptr,  # (B, T+1, C) U_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) Y_hat
+        g_ptr,  # (B, T+1) float64
+        pst_ptr,  # (B, T, C) float32 out, zero-initialised: P_start(s, c)
+        pend_ptr,  # (B, T, C) float32 out: P_end(e+1, c) at the last position e
+        wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk
+        wdb_ptr,  # (B, NCH, K, C) float32 out: duration marginals of the chunk
+        C,
+        K,
+        CH,
+        NCH,
+        A,
+        NA,
+        s_cum_b,
+        s_a_b,
+        s_f_b,
+        s_p_b,
+        C_PAD: tl.constexpr,
+        K_BLOCK: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
+        ONE_KB: tl.constexpr = False,  # K <= K_BLOCK: one duration block
+    ):
+        """Every marginal of the positions s0 <= s < s1 of one sequence.
+
+        The float32 forward and backward recurrences (and the time-parallel engine's chunk
+        offsets) each drift by a few ulps per step; over 10^6 steps alpha + beta at a position is
+        ~1e-2 away from log Z. So a marginal at position p is normalised by the log Z that the
+        stored rows themselves give at the nearest anchors (every A positions, exact there),
+        interpolated linearly between them: only the drift within A positions remains.
+        """
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        anc_b = anc_ptr + b * NA
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        ok = tl.arange(0, K_BLOCK)
+        a_b = a_ptr + b * s_a_b
+        w_b = w_ptr + b * s_a_b
+        x_b = x_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        cum_b = cum_ptr + b * s_cum_b
+        me_b = me_ptr + b * s_a_b if HAS_MASK else cum_b
+        s0 = ch * CH
+        s1 = tl.minimum(s0 + CH, L)
+        m2c = mc[:, None] & mc[None, :]
+
+        # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
+        for last in range(s0, s1):
+            t = last + 1
+            lzt = anchor_log_z(anc_b, t, L, A)
+            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            if HAS_PE:
+                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
+            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
+            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
+
+        # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z);
+        # P_start(s, c) = sum_k P_seg(s, k, c)
+        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+        for kb in range(0, K, K_BLOCK):
+            k = kb + 1 + ok
+            vk0 = k <= K
+            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
+            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+            # every position's rows are loaded one iteration early (they do not depend on the
+            # loop): the loads' latency overlaps the previous position's arithmetic
+            z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
+                                x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+            for s in range(s0, s1):
+                z = z_n
+                z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
+                                    cum_b, me_b, C, A, HAS_MASK)
+                p = tl.exp(z)
+                acc += p
+                # this program alone owns row s; the same threads load and store it
+                if ONE_KB:
+                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                else:
+                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
+        tl.debug_barrier()
+
+        # P_trans(s, c', c) = softmax_{c'}(alpha_s(c') + Tr[c', c]) * P_start(s, c)
+        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+        acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
+        for s in range(s0, s1):
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            x = av[:, None] + tr
+            mx = tl.max(x, 0)
+            e = tl.exp(x - mx[None, :])
+            p = tl.load(pst_b + s * C + oc, mask=mc, other=0.0) / tl.sum(e, 0)
+            acc_tr += e * p[None, :]
+        wtr_b = wtr_ptr + (b * NCH + ch) * C * C
+        tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
+
+    @triton.jit
+    def _anchor_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        a_ptr,  # (B, T+1, C) alpha_hat (forward)
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) Y_hat = pe_{t-1} + beta_hat_t (backward)
+        g_ptr,  # (B, T+1) float64 backward frames
+        out_ptr,  # (B, NA) float64 out: log Z at anchor j
+        C, K, A, NA, s_cum_b, s_p_b, s_a_b, s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        """``_anchor_kernel`` for a (K, C, C) transition: log Z at anchor p_j = min(j·A, L) is the
+        LSE over the segments (s, k, c) covering q = min(p_j, L-1) and the previous label c' of
+        alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
+        (alpha_0 = 0 gives the first segment its phantom term). Program (b, j): O(K²·C²)."""
+        b = tl.program_id(0).to(tl.int64)
+        j = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        q = tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1)
+        # frames differ from this reference by O(1) near q: float32 keeps their differences
+        ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
+        run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        for i in range(0, tl.minimum(K, q + 1)):
+            s = q - i
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            base = tl.zeros([C_PAD], dtype=tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            fs = tl.load(f_b + s)
+            for k in range(i + 1, tl.minimum(K, L - s) + 1):
+                e = s + k
+                col = base + tl.load(x_b + e * C + oc, mask=mc, other=MASK)
+                col += tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                col += (tl.load(cum_b + e * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+                col += (tl.load(g_b + e) + fs - ref).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+                z = tl.where(m2c, av[:, None] + trk.to(tl.float32) + col[None, :], 2 * MASK)
+                nm = tl.maximum(run_m, tl.max(z, 0))
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
+                run_m = nm
+        m = tl.max(run_m, 0)
+        total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
+        lz = m + log_(tl.where(total > 0, total, 1.0))
+        tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
+
+    @triton.jit
+    def _shared_duration_tr_kernel(
+        cum_ptr,  # (B, T+1, C)
+        tr_ptr,  # (K, C, C)
+        db_ptr,  # (K, C)
+        len_ptr,  # (B,)
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        anc_ptr,  # (B, NA) float64: log Z at the anchors p_j = min(j·A, L) (``_anchor_duration_tr_kernel``)
+        a_ptr,  # (B, T+1, C) alpha_hat
+        f_ptr,  # (B, T+1) float64
+        x_ptr,  # (B, T+1, C) Y_hat
+        g_ptr,  # (B, T+1) float64
+        pst_ptr,  # (B, T, C) out: P_start
+        pend_ptr,  # (B, T, C) out: P_end(e+1, c) at the last position e
+        wtr_ptr,  # (B, NCH, K, C, C) float32 out, zero-initialised: P_seg summed over the chunk
+        C,
+        K,
+        CH,
+        NCH,
+        A,
+        NA,
+        s_cum_b,
+        s_p_b,
+        s_a_b,
+        s_f_b,
+        C_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+    ):
+        """Every marginal of the positions s0 <= s < s1 of one sequence, for a (K, C, C)
+        transition: P(s, k, c', c) = exp(alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c]
+        + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z), summed into P_start and the (K, C, C)
+        workspace, and P_end; normalised by the anchored log Z as ``_shared_factored_kernel``."""
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        anc_b = anc_ptr + b * NA
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2c = mc[:, None] & mc[None, :]
+        cum_b = cum_ptr + b * s_cum_b
+        ps_b = ps_ptr + b * s_p_b
+        pe_b = pe_ptr + b * s_p_b
+        a_b = a_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        x_b = x_ptr + b * s_a_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        pend_b = pend_ptr + b * s_p_b
+        wtr_b = wtr_ptr + (b * NCH + ch) * K * C * C
+        s0 = ch * CH
+        s1 = tl.minimum(s0 + CH, L)
+        # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
+        for last in range(s0, s1):
+            t = last + 1
+            lzt = anchor_log_z(anc_b, t, L, A)
+            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            if HAS_PE:
+                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
+            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
+            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
+        for s in range(s0, s1):
+            lzs = anchor_log_z(anc_b, s, L, A)
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            fs = tl.load(f_b + s)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+            base = tl.zeros([C_PAD], dtype=tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            pst = tl.zeros([C_PAD], dtype=tl.float32)
+            for k in range(1, tl.minimum(L - s, K) + 1):
+                xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
+                dk = (tl.load(g_b + s + k) + fs - lzs).to(tl.float32)
+                dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+                col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+                p = tl.where(m2c, tl.exp(av[:, None] + trk.to(tl.float32) + col[None, :]), 0.0)
+                pst += tl.sum(p, 0)
+                # this program alone owns this workspace block; same layout for load and store
+                ptrs = wtr_b + (k - 1) * C * C + oc[:, None] * C + oc[None, :]
+                tl.store(ptrs, tl.load(ptrs, mask=m2c, other=0.0) + p, mask=m2c)
+            tl.store(pst_b + s * C + oc, pst, mask=mc)
+
+
+def chunking(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32):
+    """Chunk length and count for the parallel kernel: enough programs to fill a GPU, and a
+    per-chunk workspace (``ws_per_chunk`` floats per sequence and chunk) of at most twice the size
+    of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K."""
+    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), (2 * (T + 1) * C) // ws_per_chunk))
+    ch = -(-T // n)
+    return ch, -(-T // ch)

@@ -1,0 +1,324 @@
+"""Host side of the time-parallel engine: the spec / fix-up / repair launches of the chunked
+forward, beta and traceback kernels, and the prefix sums of the chunk offsets.
+
+``forward.py``, ``beta.py`` and ``traceback.py`` explain the algorithm; this file allocates the
+per-chunk state (end states, flags, offsets), launches the three phases in order and turns the
+per-chunk offsets into global frames. Everything is deterministic: the chunking depends only on
+the plan, and the offsets are summed in a fixed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torch_semimarkov.engines.triton.common import REBASE, next_pow2
+from torch_semimarkov.engines.triton.plan import KernelPlan
+
+#: Two runs are one up to a constant when every value of their last K rows differs by one offset
+#: to within TOL * (1 + |value|): about 8 float32 ulps of each value.
+TOL = 1e-6
+
+
+@dataclass
+class ChunkStats:
+    """What the fix-ups did, per (sequence, chunk): ``converged`` (B, n) bool (the chunk's last
+    fix-up converged or merged; the first chunk of the forward and the last of the backward never
+    need one), ``steps`` (B, n) positions its last fix-up ran (forward and beta), and ``redone``
+    (B, n) chunks fixed up again by the repair because their neighbour did not converge."""
+
+    converged: torch.Tensor
+    steps: torch.Tensor
+    redone: torch.Tensor
+
+
+def _chunk_state(B, n, n32, n64, nb, dev):
+    """End states ([0] spec runs, [1] fix-ups that did not converge) and the per-chunk flags."""
+    e32 = torch.empty((2, B, n, n32), device=dev, dtype=torch.float32)
+    e64 = torch.empty((2, B, n, n64), device=dev, dtype=torch.float64)
+    eb = torch.empty((2, B, n, nb), device=dev, dtype=torch.int32) if nb else torch.empty((1,), device=dev, dtype=torch.int32)
+    status = torch.ones((B, n), device=dev, dtype=torch.int32)
+    src = torch.ones((B, n), device=dev, dtype=torch.int32)
+    delta = torch.zeros((B, n), device=dev, dtype=torch.float64)
+    steps = torch.zeros((B, n), device=dev, dtype=torch.int32)
+    return e32, e64, eb, status, src, delta, steps
+
+
+def _three_phases(kernel, B, n, args, meta, steps):
+    """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again."""
+    kernel[(B, n)](**args, PHASE=1, **meta)
+    if n == 1:
+        return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
+    kernel[(B, n)](**args, PHASE=2, **meta)
+    before = steps.clone()
+    kernel[(B,)](**args, PHASE=3, **meta)
+    return steps.ne(before)
+
+
+def forward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch.Tensor:
+    """Add each chunk's offset O_j = delta_1 + ... + delta_j (prefix sum in a fixed order) to the
+    frames of its positions; position p belongs to chunk min(p // W, n - 1)."""
+    offset = torch.cumsum(delta, dim=1)
+    idx = (torch.arange(frames.shape[1], device=frames.device) // W).clamp(max=delta.shape[1] - 1)
+    return frames + offset[:, idx]
+
+
+def backward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch.Tensor:
+    """The backward's offsets: O_j = delta_j + ... + delta_{n-1} (suffix sum in a fixed order);
+    row t >= 1 belongs to chunk (t - 1) // W."""
+    offset = torch.flip(torch.cumsum(torch.flip(delta, (1,)), dim=1), (1,))
+    t = torch.arange(frames.shape[1], device=frames.device)
+    idx = ((t - 1).clamp(min=0) // W).clamp(max=delta.shape[1] - 1)
+    return frames + offset[:, idx]
+
+
+def _start_state(K, C, boundary, dev):
+    """The state "the sequence starts (forward) / ends (backward) here" of the (K, C, C) chunk
+    kernels: K rows of C values, row ``boundary`` 0 on every label and the others impossible, and
+    their frames (0). The first chunk's true start state and every speculative one."""
+    from torch_semimarkov.engines.triton.common import MASK
+
+    s32 = torch.full((K, C), MASK, device=dev, dtype=torch.float32)
+    s32[boundary] = 0.0
+    return s32, torch.zeros((K,), device=dev, dtype=torch.float64)
+
+
+def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                    plan: KernelPlan, tol: float = TOL, masks=None):
+    """Every position's forward state by the chunked fix-up: the register-ring kernel for a
+    (C, C) transition, the direct recurrence (state: the last K alpha rows) for a (K, C, C) one.
+
+    Returns ``(saved, frames, bp, stats)``: ``saved`` (2, B, T+1, C) float32 ``alpha_hat`` and
+    ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
+    (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
+    (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
+    of a constrained call ((C, C) transitions only; see ``kernels/limits.py``).
+    """
+    from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
+
+    if plan.kind == "mem":
+        return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                               plan, tol, reverse=False, masks=masks)
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    is_max = semiring == "max"
+    dur = plan.kind == "dur"
+    c_pad, k_pad, W, n, K = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks, plan.K
+    saved = torch.empty((1 if dur else 2, B, T1, C), device=dev, dtype=torch.float32)
+    frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    bp = torch.empty((B, T1, C) if is_max else (1,), device=dev, dtype=torch.int32)
+    if dur:
+        e32, e64, eb, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
+    else:
+        e32, e64, eb, status, src, delta, steps = _chunk_state(
+            B, n, k_pad * c_pad + c_pad, k_pad + 1, k_pad * c_pad if is_max else 0, dev)
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
+        st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1, TOL=float(tol),
+    )
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
+                HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
+    if dur:
+        i32, i64 = _start_state(K, C, K - 1, dev)
+        redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
+    else:
+        if masks is not None:
+            args.update(ms_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
+        redone = _three_phases(_fwd_reg_chunks_kernel, B, n, dict(args, w_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
+                               steps)
+    frames = forward_offsets(frames, delta, W)
+    return saved, frames, (bp if is_max else None), ChunkStats(status.bool(), steps, redone)
+
+
+def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
+                 tol: float = TOL, masks=None):
+    """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
+    chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
+    recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
+
+    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
+    """
+    from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
+
+    if plan.kind == "mem":
+        x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
+                                             proj_end, plan, tol, reverse=True, masks=masks)
+        return x_hat[0], g, stats
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    c_pad, k_pad, W, n, K = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks, plan.K
+    dur = plan.kind == "dur"
+    x_hat = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+    g = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    if dur:
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
+    else:
+        e32, e64, _, status, src, delta, steps = _chunk_state(B, n, k_pad * c_pad + 2 * c_pad, k_pad + 1, 0, dev)
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=float(tol),
+    )
+    meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+                num_warps=plan.num_warps, IDX64=plan.idx64)
+    if dur:
+        i32, i64 = _start_state(K, C, 0, dev)
+        redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
+    else:
+        if masks is not None:
+            args.update(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+        redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
+    g = backward_offsets(g, delta, W)
+    return x_hat, g, ChunkStats(status.bool(), steps, redone)
+
+
+def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                    plan: KernelPlan, tol: float, reverse: bool, masks=None):
+    """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
+    in the layouts of the register-ring chunk kernels: forward ``(saved (2, B, T+1, C), frames,
+    bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
+    kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``.
+    ``masks``: ``(min_start, max_end, flags)`` of a constrained call (``kernels/limits.py``)."""
+    from torch_semimarkov.engines.triton.blocked import _blk_chunks_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    is_max = semiring == "max"
+    W, n, K = plan.chunk, plan.n_chunks, plan.K
+    rows = torch.empty((1 if reverse else 2, B, T1, C), device=dev, dtype=torch.float32)
+    frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
+    i32 = torch.empty((1,), device=dev, dtype=torch.int32)
+    bk = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
+    bc = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
+    e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C + plan.c_pad, K + 1, 0, dev)
+    scratch = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.float32)
+    scratch_k = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        r_ptr=rows[0] if reverse else rows[1], a_ptr=rows[0], f_ptr=frames, bk_ptr=bk, bc_ptr=bc,
+        e32=e32, e64=e64, sc_ptr=scratch, sk_ptr=scratch_k, st_ptr=status, src_ptr=src, dl_ptr=delta,
+        cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
+        TOL=float(tol),
+    )
+    if masks is not None:
+        # the segment limits of kernels/limits.py: min_start for the forward, max_end for beta
+        args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
+    meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
+                IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+                num_warps=plan.num_warps, IDX64=plan.idx64)
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps)
+    stats = ChunkStats(status.bool(), steps, redone)
+    if reverse:
+        return rows, backward_offsets(frames, delta, W), None, stats
+    bp = None
+    if is_max:
+        # bp[t, c] = k * 65536 + (argmax source label of U at t - k)
+        # (rows with no allowed segment carry an arbitrary k: clamped, never traced)
+        src_row = (torch.arange(T1, device=dev)[None, :, None] - bk.long()).clamp(0, T1 - 1)
+        bp = bk * 65536 + torch.gather(bc, 1, src_row).to(torch.int32)
+    return rows, forward_offsets(frames, delta, W), bp, stats
+
+
+def _chunk_guesses(alpha_hat, seq, t0, plan: KernelPlan):
+    """(R, n) int32: the guessed start node of chunk j of walk r, the best label of sequence
+    ``seq[r]`` ending at ``min((j+1)·W, t0[r])`` (for the walk's last chunk, the truth)."""
+    n = plan.n_chunks
+    ends = torch.minimum((torch.arange(n, device=alpha_hat.device)[None, :] + 1) * plan.chunk, t0[:, None])
+    return alpha_hat[seq[:, None], ends].argmax(-1).to(torch.int32)
+
+
+def traceback_chunked(bp, alpha_hat, lengths, plan: KernelPlan):
+    """Labels and segment starts from the chunked max-semiring forward's packed backpointers
+    (``traceback.py``); ``lengths`` must be 0 for sequences with no segmentation.
+
+    Returns ``(labels (B, T) int64, starts (B, T) bool, merged (B, n) bool)``.
+    """
+    B, T1, C = bp.shape
+    W = plan.chunk
+    guess = _chunk_guesses(alpha_hat, torch.arange(B, device=bp.device), lengths, plan)
+    return _chunked_walk(lengths, guess, T1 - 1, C, plan.K, W, plan.idx64, dict(bp_ptr=bp, s_bp_b=T1 * C))
+
+
+def traceback_from(bp, alpha_hat, seq, t0, c0, plan: KernelPlan):
+    """Backpointer walks from given nodes: row r follows sequence ``seq[r]``'s backpointers from
+    node ``(t0[r], c0[r])`` ("a segment of label c0 ends at t0") down to position 0, by the
+    chunked walk of :func:`traceback_chunked` (each row reads a copy of its sequence's
+    backpointers).
+
+    Returns ``(labels (R, T) int64, starts (R, T) bool)``: -1 / False at and past ``t0``."""
+    B, T1, C = bp.shape
+    W = plan.chunk
+    R = seq.shape[0]
+    guess = _chunk_guesses(alpha_hat, seq, t0, plan)
+    last = torch.clamp((t0 + W - 1) // W - 1, min=0)
+    guess[torch.arange(R, device=bp.device), last] = c0.to(torch.int32)
+    labels, starts, _ = _chunked_walk(t0.contiguous(), guess, T1 - 1, C, plan.K, W, plan.idx64,
+                                      dict(bp_ptr=bp[seq].contiguous(), s_bp_b=T1 * C))
+    return labels, starts
+
+
+def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
+    """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
+    is a chain of dependent loads, so more programs in flight hide the latency), each chunk at
+    least K (a segment crosses at most one boundary) and 64 long."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    if plan_mod.CHUNK_OVERRIDE is not None:
+        return max(int(plan_mod.CHUNK_OVERRIDE), K, 1)
+    want = max(1, -(-32 * sms // max(rows, 1)))
+    return max(K, 64, -(-T // want))
+
+
+def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths, uniforms, K: int,
+                   chunk: int):
+    """Exact backward sampling of ``rows = uniforms.shape[0]`` walks, a multiple of B (row r
+    samples sequence ``r % B``), from the forward's every-position state, by the chunked walk of
+    ``traceback.py`` with drawn steps (``_draw``): a step is a function of its node and the uniforms of the node's
+    position, so walks merge exactly as the traceback's do. ``lengths`` (B,) must be 0 for
+    sequences with no segmentation; ``uniforms`` (rows, T+1, 2) float32 in [0, 1).
+
+    Returns ``(labels (rows, T) int64, starts (rows, T) bool, merged (rows, n) bool)``.
+    """
+    B, T1, C = cum_scores.shape
+    rows = uniforms.shape[0]
+    row_len = lengths.repeat(rows // B).contiguous()
+    n = max(1, -(-(T1 - 1) // chunk))
+    # every chunk starts from "the sequence ends here" (label C), the truth for the last one
+    guess = torch.full((rows, n), C, device=cum_scores.device, dtype=torch.int32)
+    idx64 = rows * T1 * 2 >= 2**31 or T1 * max(C, K) * 4 >= 2**31
+    sample = dict(bp_ptr=guess, s_bp_b=0, SAMPLE=True, a_ptr=saved[0], w_ptr=saved[1], f_ptr=frames,
+                  cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, u_ptr=uniforms, NB=B, K=K,
+                  C_PAD=max(4, next_pow2(C)))
+    return _chunked_walk(row_len, guess, T1 - 1, C, K, chunk, idx64, sample)
+
+
+def _chunked_walk(lengths, guess, T, C, K, W, idx64, extra):
+    """The three launches of ``_traceback_chunks_kernel`` over ``lengths.shape[0]`` rows."""
+    from torch_semimarkov.engines.triton.traceback import _traceback_chunks_kernel
+
+    R, n = guess.shape
+    dev = guess.device
+    labels = torch.empty((R, T), device=dev, dtype=torch.int64)
+    starts = torch.empty((R, T), device=dev, dtype=torch.bool)
+    mark = torch.empty((R, T + 1), device=dev, dtype=torch.int32)
+    exits = torch.empty((2, R, n, 3), device=dev, dtype=torch.int32)
+    status = torch.ones((R, n), device=dev, dtype=torch.int32)
+    src = torch.ones((R, n), device=dev, dtype=torch.int32)
+    args = dict(guess_ptr=guess, len_ptr=lengths, lab_ptr=labels, st_ptr=starts.view(torch.int8),
+                mk_ptr=mark, ex_ptr=exits, stt_ptr=status, src_ptr=src, C=C, T=T, W=W, NCH=n, **extra)
+    meta = dict(K_BLOCK=max(2, min(128, next_pow2(K))), FILL=min(1024, max(32, next_pow2(W))), num_warps=1,
+                IDX64=idx64)
+    _three_phases(_traceback_chunks_kernel, R, n, args, meta, status)
+    return labels, starts, status.bool()

@@ -1,0 +1,295 @@
+"""The kernel plan: every launch decision of one call, made once from the problem and the device.
+
+:class:`KernelPlan` says which forward kernel runs (register ring, memory ring, or the direct
+recurrence of a (K, C, C) transition), whether the recurrences run parallel over time (chunks with
+fix-up) or one program per sequence, the chunk length, warps, tile sizes and the checkpoint layout.
+The forward chooses it; the backward, the recompute and Viterbi reuse it, so a backward always
+runs the kernels (and reduction orders) its forward ran.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from torch_semimarkov.engines.triton.common import next_pow2
+
+#: Largest (K_PAD x C_PAD) ring held in registers, per warp count.
+REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
+
+#: Largest K_PAD of the time-parallel (K, C, C) engine: its fix-up keeps one offset interval per
+#: row of the K-row state in registers (two float64 per row).
+DUR_PARALLEL_MAX_K = 1024
+
+#: Largest padded state (K_PAD x C_PAD) of the time-parallel (K, C, C) engine: the state (the last
+#: K alpha rows) lives in memory, but every chunk keeps two saved end states of K·C values.
+DUR_PARALLEL_ELEMENTS = 16384
+
+#: Tests set this to exercise the memory-ring kernels at small sizes.
+FORCE_MEMORY_RING = False
+
+#: Tests set this to a small power of two to exercise the multi-block duration loops.
+K_BLOCK_OVERRIDE = None
+
+#: Tests set this to force a chunk length (time-parallel engine) at small sizes.
+CHUNK_OVERRIDE: Optional[int] = None
+
+#: Tests set this to run the blocked memory-ring engine (``blocked.py``) at small sizes.
+FORCE_BLOCKED = False
+
+#: Tests set this to (BT, RB, CB) to exercise the blocked engine's tiles at small sizes.
+BLOCK_OVERRIDE: Optional[tuple] = None
+
+#: Warps of the blocked memory-ring engine.
+BLOCKED_WARPS = 8
+
+#: Streaming multiprocessors assumed when no CUDA device is queried (the interpreter; an H100/H200).
+DEFAULT_SMS = 132
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How one call runs on the GPU (see the module docstring).
+
+    Attributes:
+        kind: ``"reg"`` factored recurrence with its ring of K_PAD rows in registers, ``"mem"``
+            factored with the ring in a per-sequence buffer, ``"dur"`` the direct O(K·C²)
+            recurrence of a (K, C, C) transition.
+        time_parallel: the recurrences run as chunks of ``chunk`` positions with fix-up (one
+            program per (sequence, chunk)) instead of one program per sequence.
+        chunk, n_chunks: chunk length W and chunks per sequence (time-parallel), else T and 1.
+        num_warps: warps of the recurrence kernels.
+        c_pad, k_pad, k_block: label tile, register-ring rows, duration tile of the memory kernels.
+        interval, n_checkpoints: the sequential forward's checkpoint spacing and count.
+        K: the effective maximum duration min(K, T).
+        bt, rb, cb: the blocked memory-ring kernel's tile (``blocked.py``): positions per block,
+            ring rows and labels per (BT, RB, CB) tile of its block sums.
+        idx64: positions and row offsets need 64-bit integers (``(T+1)·C`` near 2^31); otherwise
+            the kernels index in int32, which is faster (a 64-bit modulo or multiply per element
+            costs a large batch up to 2x).
+    """
+
+    kind: str
+    time_parallel: bool
+    chunk: int
+    n_chunks: int
+    num_warps: int
+    c_pad: int
+    k_pad: int
+    k_block: int
+    interval: int
+    n_checkpoints: int
+    K: int
+    idx64: bool = False
+    bt: int = 16
+    rb: int = 32
+    cb: int = 16
+
+    @property
+    def packed_backpointers(self) -> bool:
+        """The max-semiring kernels pack (k, c_prev) into one int32 per (t, c) (the register-ring
+        kernels and every time-parallel one)."""
+        return self.kind == "reg" or self.time_parallel
+
+
+def tile_sizes(C: int, K_eff: int):
+    """(C_PAD, K_BLOCK): a (K_BLOCK, C_PAD) tile holds at most 4096 elements."""
+    c_pad = max(4, next_pow2(C))
+    k_block = max(2, min(next_pow2(K_eff), max(16, 4096 // c_pad)))
+    if K_BLOCK_OVERRIDE is not None:
+        k_block = K_BLOCK_OVERRIDE
+    return c_pad, k_block
+
+
+def ring_warps(k_pad: int, c_pad: int, fewest: int = 4) -> int:
+    """The fewest warps, from ``fewest``, whose register budget (:data:`REG_RING_ELEMENTS`) holds a
+    (K_PAD, C_PAD) ring (16 where none does)."""
+    return next((w for w in (1, 2, 4, 8, 16) if w >= fewest and k_pad * c_pad <= REG_RING_ELEMENTS[w]), 16)
+
+
+def use_register_ring(C: int, K_eff: int, num_warps: int, B: int = 1) -> bool:
+    """Register ring for a small (K_PAD, C_PAD) ring; the memory ring for large rings and for
+    large batches of large rings (register pressure then costs more occupancy than it saves)."""
+    if FORCE_MEMORY_RING:
+        return False
+    elems = max(2, next_pow2(K_eff)) * max(4, next_pow2(C))
+    if B >= 256 and elems >= 2048:
+        return False
+    return elems <= REG_RING_ELEMENTS.get(num_warps, 4096) and C < 65536
+
+
+def auto_num_warps(B: int, C: int, K_eff: int, duration_transitions: bool = False, semiring: str = "log") -> int:
+    """Warps per program for the sequential kernels, from the H200 sweep in benchmarks/GPU_NOTES.md:
+    one program per sequence is latency-bound below a few hundred sequences (more warps shorten a
+    step for large rings) and throughput-bound above."""
+    if duration_transitions:
+        return 4
+    c_pad = max(4, next_pow2(C))
+    elems = max(2, next_pow2(K_eff)) * c_pad
+    if B >= 256:
+        return 4
+    if elems <= 256:
+        return 1 if (c_pad <= 4 or semiring == "max") else 4
+    return 8
+
+
+def resolve_interval(T: int, K: int, checkpoint_interval: Optional[int]) -> int:
+    """Positions between checkpoints: ``max(K, sqrt(T·K))`` by default, clamped to [1, T]."""
+    interval = checkpoint_interval or max(K, int(math.sqrt(T * K)), 1)
+    return max(1, min(int(interval), max(T, 1)))
+
+
+def checkpoint_sizes(kind: str, C: int, K_eff: int):
+    """Per-checkpoint float32 and float64 element counts of each kernel's restart state."""
+    c_pad = max(4, next_pow2(C))
+    if kind == "reg":
+        k_pad = max(2, next_pow2(K_eff))
+        return k_pad * c_pad + c_pad, k_pad + 1
+    if kind == "mem":
+        return K_eff * C + c_pad, K_eff + 1
+    return K_eff * C, K_eff
+
+
+def _sms(device) -> int:
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return DEFAULT_SMS
+
+
+def chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
+    """Chunk length W of the time-parallel engine: enough chunks for about four programs per
+    multiprocessor, each at least 4·K long (a fix-up needs about K to a few K positions) and at
+    least 64."""
+    if CHUNK_OVERRIDE is not None:
+        return max(int(CHUNK_OVERRIDE), K_eff)
+    want = max(1, -(-4 * sms // max(B, 1)))
+    return max(4 * K_eff, 64, -(-T // want))
+
+
+def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
+    """Chunk length W of the blocked memory-ring engine: about one program per multiprocessor
+    for a batch of full-length sequences, each chunk at least 1.5·K and 64 long and at most 4·K
+    (a ragged batch's long sequences then still take many chunks)."""
+    if CHUNK_OVERRIDE is not None:
+        return max(int(CHUNK_OVERRIDE), K_eff)
+    per = max(1, sms // max(B, 1))
+    return max(3 * K_eff // 2, 64, min(4 * K_eff, -(-T // per)))
+
+
+def make_plan(
+    B: int,
+    T: int,
+    K: int,
+    C: int,
+    *,
+    duration_transitions: bool = False,
+    semiring: str = "log",
+    num_warps: Optional[int] = None,
+    time_parallel: Optional[bool] = None,
+    checkpoint_interval: Optional[int] = None,
+    device=None,
+) -> KernelPlan:
+    """The plan of one call.
+
+    Args:
+        B, T, K, C: batch, padded length, maximum duration, labels.
+        duration_transitions: the transition is (K, C, C).
+        semiring: ``"log"`` or ``"max"``.
+        num_warps: force the warps of the recurrence kernels (None: by size).
+        time_parallel: True / False force the engine; None (default) runs parallel over time when
+            the batch alone cannot fill the GPU and the sequences are long enough to cut.
+        checkpoint_interval: the sequential forward's checkpoint spacing (None: sqrt(T·K)).
+        device: the device the call runs on (its multiprocessor count sizes the chunks).
+    """
+    K_eff = max(1, min(int(K), T))
+    c_pad, k_block = tile_sizes(C, K_eff)
+    k_pad = max(2, next_pow2(K_eff))
+    if duration_transitions:
+        kind = "dur"
+        warps = num_warps if num_warps is not None else auto_num_warps(B, C, K_eff, True, semiring)
+    else:
+        warps = num_warps if num_warps is not None else auto_num_warps(B, C, K_eff, False, semiring)
+        kind = "reg" if use_register_ring(C, K_eff, warps, B) else "mem"
+    sms = _sms(device)
+    W = chunk_length(B, T, K_eff, sms)
+    n = max(1, -(-T // W))
+    # the time-parallel engine runs the register-ring kernel for a (C, C) transition (several
+    # programs share a multiprocessor, so 4 warps unless the ring needs more) and the direct
+    # recurrence, its K-row state in memory, for a (K, C, C) one
+    par_warps = num_warps
+    if duration_transitions:
+        par_warps = par_warps or 4
+        supported = k_pad <= DUR_PARALLEL_MAX_K and k_pad * c_pad <= DUR_PARALLEL_ELEMENTS
+        limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} and K_PAD x C_PAD <= {DUR_PARALLEL_ELEMENTS} for a (K, C, C) transition"
+    else:
+        if par_warps is None:
+            par_warps = ring_warps(k_pad, c_pad)
+        supported = use_register_ring(C, K_eff, par_warps, 1)
+        limit = f"a ring of at most {REG_RING_ELEMENTS[16]} padded elements (K_PAD x C_PAD) for a (C, C) transition"
+    interval = resolve_interval(T, K_eff, checkpoint_interval)
+    idx64 = (T + 1) * max(C, K_eff) * 4 >= 2**31
+    if not duration_transitions and time_parallel is not False and (
+            FORCE_BLOCKED or k_pad * c_pad > REG_RING_ELEMENTS[16]):
+        # a ring too large for registers: the blocked memory-ring engine, one program per
+        # multiprocessor (8 warps, ~200 registers a thread), parallel over time with chunks of
+        # at least 1.5·K (a fix-up runs ~1.0-1.2·K positions); sequences shorter than 4·K, or a
+        # batch that fills the GPU alone, run one chunk per sequence (H200 sweep, GPU_NOTES)
+        W = blocked_chunk_length(B, T, K_eff, sms)
+        n = max(1, -(-T // W))
+        if (B >= sms or T < 4 * K_eff) and time_parallel is None and CHUNK_OVERRIDE is None:
+            W, n = max(T, 1), 1
+        bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(16, c_pad))
+        return KernelPlan(
+            kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
+            c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
+            idx64=idx64, bt=bt, rb=rb, cb=cb)
+    if time_parallel is None:
+        # one program per sequence already fills the GPU at about two per multiprocessor
+        parallel = supported and n >= 2 and B < 2 * sms
+    else:
+        if time_parallel and not supported:
+            raise ValueError(
+                f"time_parallel=True needs {limit} (here {k_pad} x {c_pad}); pass time_parallel=None"
+            )
+        parallel = bool(time_parallel) and n >= 2
+    if parallel:
+        kind, warps = ("dur" if duration_transitions else "reg"), par_warps
+    return KernelPlan(
+        kind=kind,
+        time_parallel=parallel,
+        chunk=W if parallel else max(T, 1),
+        n_chunks=n if parallel else 1,
+        num_warps=warps,
+        c_pad=c_pad,
+        k_pad=k_pad,
+        k_block=k_block,
+        interval=interval,
+        n_checkpoints=-(-T // interval),
+        K=K_eff,
+        idx64=idx64,
+    )
+
+
+def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device=None,
+                blocked: bool = False) -> Optional[KernelPlan]:
+    """The plan of a constrained call (``label_mask`` / ``boundary_mask``): the time-parallel
+    register-ring engine, whose kernels read the per-(position, label) segment limits, with a
+    single chunk when the sequences are too short to cut. For a ring too large for registers:
+    the blocked engine (``blocked.py``, which reads the same limits in its forward, beta and
+    Viterbi) with ``blocked=True``, else None (the entropy and top-k kernels need the register
+    ring); the caller then takes another path."""
+    import dataclasses
+
+    try:
+        p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
+    except ValueError:
+        return None
+    if p.kind == "mem":
+        return p if blocked else None
+    if p.time_parallel:
+        return p
+    warps = ring_warps(p.k_pad, p.c_pad)
+    return dataclasses.replace(p, kind="reg", time_parallel=True, chunk=max(T, 1), n_chunks=1, num_warps=warps)
