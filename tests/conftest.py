@@ -23,6 +23,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 from torch_semimarkov.core.segments import Segment
 
+#: Run every combination of the Triton kernel tests' engine fixtures (``ring`` x ``engine`` x
+#: ``blocked`` ... x case, see :func:`covering_subset`): always on CUDA, where the kernels run compiled,
+#: and in Triton's CPU interpreter only with ``TSM_FULL_INTERPRETER=1``; otherwise the interpreter
+#: runs a covering subset and the other combinations, marked ``gpu_full``, are deselected.
+FULL_KERNEL_PRODUCT = torch.cuda.is_available() or os.environ.get("TSM_FULL_INTERPRETER", "") not in ("", "0")
+
+#: Fixtures whose parameters choose a kernel path (ring layout, engine, blocked tiles, chunking):
+#: the axes of the product that :func:`covering_subset` thins out on the interpreter.
+PATH_FIXTURES = ("ring", "engine", "grad_engine", "blocked")
+
 def _cpu_backends():
     from torch_semimarkov.streaming import numba_available
 
@@ -262,7 +272,7 @@ def _nan_filled(factory):
 def ring(request, monkeypatch):
     """Run a Triton test with the register-ring kernels (small K·C), with the memory-ring ones
     (large), and with duration tiles of 2 so that every duration loop takes several blocks."""
-    from torch_semimarkov.streaming.kernels import plan
+    from torch_semimarkov.engines.triton import plan
 
     monkeypatch.setattr(plan, "FORCE_MEMORY_RING", request.param != "register-ring")
     if request.param == "memory-ring-kblock2":
@@ -274,7 +284,7 @@ def ring(request, monkeypatch):
 def engine(request, monkeypatch):
     """Run a Triton test through one program per sequence and through the time-parallel engine
     with chunks of 4 positions (or K), so that small cases take several chunks and fix-ups."""
-    from torch_semimarkov.streaming.kernels import plan
+    from torch_semimarkov.engines.triton import plan
 
     if request.param == "parallel":
         monkeypatch.setattr(plan, "CHUNK_OVERRIDE", 4)
@@ -292,3 +302,93 @@ def nan_filled_empty(monkeypatch):
 
 def lengths_list(lengths: Sequence[int] | torch.Tensor):
     return [int(x) for x in torch.as_tensor(lengths).reshape(-1).tolist()]
+
+
+# --- the kernel product on the interpreter ---------------------------------------------------
+
+
+def _kcc(params) -> Optional[bool]:
+    """Whether a kernel test's parameters give a (K, C, C) transition (None: not said)."""
+    case = params.get("case")
+    if isinstance(case, tuple) and len(case) == 7:  # kernel_cases.CASES: (B, T, K, C, lengths, proj, kcc)
+        return bool(case[6])
+    kcc = params.get("kcc")
+    return kcc if isinstance(kcc, bool) else None
+
+
+def path_applies(params) -> bool:
+    """False where the conftest ``ring`` / ``engine`` fixtures give a combination that
+    ``kernel_cases.plan_of`` skips on every device: the time-parallel engine with a forced memory
+    ring (it runs the register ring only), a (K, C, C) transition with a forced memory ring (one
+    kernel whatever the ring), the time-parallel engine on a case of one chunk."""
+    ring, engine = params.get("ring"), params.get("engine")
+    memory = ring in ("memory-ring", "memory-ring-kblock2")
+    if engine == "parallel" and memory:
+        return False
+    if memory and _kcc(params):
+        return False
+    case = params.get("case")
+    if engine == "parallel" and isinstance(case, tuple) and len(case) == 7:
+        T, K = case[1], case[2]
+        if T <= max(4, min(K, T)):  # chunks of max(4, K_eff) positions (the engine fixture)
+            return False
+    return True
+
+
+def covering_subset(param_list: Sequence[dict]) -> list:
+    """Indices of a covering subset of one test function's parametrisations.
+
+    A kernel path is the tuple of the :data:`PATH_FIXTURES` values, the transition shape and the
+    semiring; a group is one value of the remaining parameters (a case, a seed, an option). The
+    subset keeps, deterministically, at least one applicable parametrisation of every group (the
+    path run least so far, ties to the first in collection order) and then one of every
+    applicable path not yet kept. So every case and option runs, and every kernel path the
+    function can take runs, at least once.
+    """
+    def path(p):
+        return tuple((k, repr(p[k])) for k in PATH_FIXTURES if k in p) + (("kcc", _kcc(p)), ("semiring", p.get("semiring")))
+
+    def group(p):
+        return tuple((k, repr(v)) for k, v in p.items() if k not in PATH_FIXTURES)
+
+    groups: Dict[tuple, list] = {}
+    for i, p in enumerate(param_list):
+        groups.setdefault(group(p), []).append(i)
+    used: Dict[tuple, int] = {}
+    keep = set()
+    for members in groups.values():
+        live = [i for i in members if path_applies(param_list[i])] or members[:1]
+        pick = min(live, key=lambda i: (used.get(path(param_list[i]), 0), live.index(i)))
+        keep.add(pick)
+        used[path(param_list[pick])] = used.get(path(param_list[pick]), 0) + 1
+    for i, p in enumerate(param_list):
+        if path_applies(p) and path(p) not in used:
+            keep.add(i)
+            used[path(p)] = 1
+    return sorted(keep)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the kernel-product parametrisations outside the covering subset ``gpu_full`` and,
+    unless :data:`FULL_KERNEL_PRODUCT`, deselect them."""
+    functions: Dict[tuple, list] = {}
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(k in params for k in PATH_FIXTURES):
+            functions.setdefault((str(item.path), item.originalname), []).append(item)
+    extra = set()
+    for members in functions.values():
+        kept = set(covering_subset([m.callspec.params for m in members]))
+        for i, m in enumerate(members):
+            if i not in kept:
+                m.add_marker(pytest.mark.gpu_full)
+                extra.add(id(m))
+    if FULL_KERNEL_PRODUCT or not extra:
+        return
+    config.hook.pytest_deselected(items=[m for m in items if id(m) in extra])
+    items[:] = [m for m in items if id(m) not in extra]
+
+
+def pytest_report_header(config):
+    return ("kernel tests: the full ring x engine x case product" if FULL_KERNEL_PRODUCT else
+            "kernel tests: a covering subset in the interpreter (TSM_FULL_INTERPRETER=1 runs the full product)")
