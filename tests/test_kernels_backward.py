@@ -64,8 +64,13 @@ def test_backward_matches_streaming_reference(ring, engine):
         assert_close(cpu(a), e, atol=2e-6, rtol=1e-5, msg=name)
 
 
-def test_forbidden_transitions_and_long_sequence_backward(ring, engine):
-    # T = 100: two chunks of the time-parallel engine (64 positions each), ragged
+def test_forbidden_transitions_and_long_sequence_backward(ring, engine, monkeypatch):
+    # T = 100, ragged: 4 chunks of 25 in the time-parallel engine (the engine fixture's chunks of
+    # K = 6 made 17)
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    if engine == "parallel":
+        monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 25)
     inp = make_inputs(2, 100, 6, 4, dtype=torch.float32, seed=5, lengths=[100, 71], scale=4.0)
     tr = inp["transition"].clone()
     tr[0, 1] = float("-inf")
@@ -87,10 +92,10 @@ def test_parallel_backward_is_exact_on_models_that_never_converge(kind, kcc, mon
     from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
-    inp = adversarial(kind, 2, 48 if not kcc else 36, 6 if not kcc else 4, 3, kcc=kcc)
+    inp = adversarial(kind, 2, 36, 6 if not kcc else 4, 3, kcc=kcc)  # 3 chunks of 12 (T = 48 ran 4)
     v = validated(inp)
     p = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=True)
-    assert p.kind == ("dur" if kcc else "reg")
+    assert p.kind == ("dur" if kcc else "reg") and p.n_chunks == 3
     _, _, stats = parallel.beta_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths, None, None, p)
     assert not bool(stats.converged[:, :-1].all()), "the adversarial model should defeat some fix-ups"
     z, out = run_backward(v, "parallel")

@@ -63,8 +63,10 @@ def test_parallel_viterbi_equals_sequential_on_adversarial_models(kind, kcc, mon
     from torch_semimarkov.engines.triton import plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
-    inp = adversarial(kind, 3, 64 if not kcc else 40, 6 if not kcc else 4, 3, seed=4, kcc=kcc)
+    # 4 chunks of 8 (T = 64 and 40 ran 8 and 5)
+    inp = adversarial(kind, 3, 32, 6 if not kcc else 4, 3, seed=4, kcc=kcc)
     v = validated(inp, "max")
+    assert launch.plan_for(v.cum_scores, v.transition, v.K, "max", time_parallel=True).n_chunks == 4
     seq = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
                                 plan=launch.plan_for(v.cum_scores, v.transition, v.K, "max", time_parallel=False))
     par = run_viterbi(v, "parallel")

@@ -441,12 +441,20 @@ def test_forbidden_projection_entries_triton(seed, engine):
     _check_forbidden_projections(_forbidden_projection_problem(seed), forward, backward, viterbi, tol=2e-5)
 
 
-def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
+def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine, monkeypatch):
     """Only durations 3 and 6: positions that are not multiples of 3 have no segmentation ending
     there. The normaliser never moves by an impossible value, so float32 stays accurate."""
     launch = _triton()
-    B, T, K, C = 2, 150, 6, 2  # 50 feasible positions; the interpreter's cost grows with T
-    inp = make_inputs(B, T, K, C, lengths=[150, 75], proj="both", seed=12)
+    # 16 feasible positions, 4 chunks of 12 in the time-parallel engine; the interpreter's cost
+    # grows with T and the number of chunks. A normaliser that shifts by the impossible value
+    # (possible_shift returning its argument) fails this case as it failed T = 150 (25 chunks):
+    # log Z off by far more than rtol 1e-6, on both engines.
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    if engine == "parallel":
+        monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    B, T, K, C = 2, 48, 6, 2
+    inp = make_inputs(B, T, K, C, lengths=[48, 27], proj="both", seed=12)
     db = inp["duration_bias"].clone()
     db[[0, 1, 3, 4]] = NEG
     inp["duration_bias"] = db
@@ -455,6 +463,7 @@ def test_an_infeasible_prefix_costs_the_float32_kernels_no_precision(engine):
     x32 = {k: (t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t) for k, t in inp.items()}
     v = validate_streaming_inputs(**x32)
     plan = _plan(launch, v, "log", engine)
+    assert plan.n_chunks == (4 if engine == "parallel" else 1)
     z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, K, "log", v.proj_start,
                                      v.proj_end, plan=plan)
     assert_close(z.double(), want, atol=0, rtol=1e-6, msg="log Z")
