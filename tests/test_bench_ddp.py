@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_ddp.py"
 TINY = ["--length", "200", "--batch-size", "2", "--steps", "2", "--warmup", "1", "--max-duration", "8", "--hidden", "8"]
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")]
 
 
 def run_bench(*args, timeout=240):

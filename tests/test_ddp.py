@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from torch_semimarkov import demo
 
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -20,6 +20,8 @@ import warnings
 import pytest
 import torch
 
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FILES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 
 

@@ -5,6 +5,8 @@ import importlib
 
 import pytest
 
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 MODULES = [
     "torch_semimarkov.streaming.autograd",
     "torch_semimarkov.engines.torch.reference",

@@ -317,6 +317,7 @@ def test_evaluation_reproduces_augustus_report(tutorial_paths):
         assert (m["gene_tp"], m["gene_pred"], m["gene_anno"]) == (gtp, gpred, 100)
 
 
+@pytest.mark.integration
 def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path):
     """The example end to end on the CPU: a few short loci, a few steps, GFF3 out, evaluation runs."""
     _, root = tutorial_paths

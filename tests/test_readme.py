@@ -3,6 +3,10 @@
 import pathlib
 import re
 
+import pytest
+
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
