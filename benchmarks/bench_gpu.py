@@ -94,7 +94,7 @@ def ours_forward_kernel(cum, tr, db, lengths, K):
 
 
 def ours_fwd_bwd(cum, tr, db, lengths, K):
-    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
 
     cum = cum.detach().requires_grad_(True)
     tr = tr.detach().requires_grad_(True)
@@ -117,7 +117,7 @@ def ours_viterbi(cum, tr, db, lengths, K):
 
 def ours_viterbi_score(cum, tr, db, lengths, K):
     """The public API's best score alone (no traceback), like flash's semiring="max"."""
-    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
 
     with torch.no_grad():
         return semi_crf_streaming_forward(cum, tr, db, lengths, K, semiring="max", use_triton=True, num_warps=None)
@@ -126,7 +126,7 @@ def ours_viterbi_score(cum, tr, db, lengths, K):
 def saved_between_mb(cum, tr, db, lengths, K):
     """MB held between the public forward (gradients enabled) and its backward, beyond the inputs
     and the returned log Z: the checkpoints."""
-    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
 
     cum = cum.detach().requires_grad_(True)
     tr = tr.detach().requires_grad_(True)

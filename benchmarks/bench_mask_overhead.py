@@ -31,7 +31,8 @@ def run_size(B, T, K, C, repeat, profile=True):
     from bench_distribution import _problem, _time
 
     from torch_semimarkov import semi_crf_streaming_forward
-    from torch_semimarkov.streaming import distribution as dist
+    from torch_semimarkov.core import validation as validation_mod
+    from torch_semimarkov.engines import select
     from torch_semimarkov.engines.triton import launch
     from torch_semimarkov.core.validation import validate_streaming_inputs
 
@@ -52,10 +53,10 @@ def run_size(B, T, K, C, repeat, profile=True):
     r["masked_boundary_only"] = timed(lambda: fb(boundary_mask=bm))
     inp = validate_streaming_inputs(cum, tr, db, lengths, K)
     r["validate_inputs_values"] = timed(lambda: validate_streaming_inputs(cum, tr, db, lengths, K, check_values=True))
-    r["check_masks"] = timed(lambda: dist.check_masks(lm, bm, B, T, C, cum.device))
-    lm2, bm2 = dist.check_masks(lm, bm, B, T, C, cum.device)
-    r["engine_masks"] = timed(lambda: dist._engine_masks(inp, lm2, bm2))
-    plan, masks, ps = dist._engine_masks(inp, lm2, bm2)
+    r["check_masks"] = timed(lambda: validation_mod.check_masks(lm, bm, B, T, C, cum.device))
+    lm2, bm2 = validation_mod.check_masks(lm, bm, B, T, C, cum.device)
+    r["engine_masks"] = timed(lambda: select.engine_masks(inp, lm2, bm2))
+    plan, masks, ps = select.engine_masks(inp, lm2, bm2)
     args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, K)
 
     def kernels(masks, ps, plan):

@@ -113,8 +113,8 @@ def main():
                             launch.launch_backward(*args, v.proj_start, v.proj_end, plan=plan, state=state)
         plan_mod.FORCE_MEMORY_RING = False
     # partial labels and constraints: the time-parallel kernels with segment limits
-    from torch_semimarkov.streaming import distribution as dist_mod
-    dist_mod.ENGINE_ON_CPU = True
+    from torch_semimarkov.engines import select
+    select.ENGINE_ON_CPU = True
     for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24)]:
         cum = torch.nn.functional.pad(torch.randn(B, T, C).cumsum(1), (0, 0, 1, 0))
         v = validate_streaming_inputs(cum, torch.randn(C, C), torch.randn(K, C), torch.tensor([T] * B), K)
@@ -122,7 +122,7 @@ def main():
         bm = torch.zeros(B, T, dtype=torch.int8)
         bm[:, ::7] = -1
         for semiring in ("log", "max"):
-            plan, masks, ps = dist_mod._engine_masks(v, lm, bm, semiring)
+            plan, masks, ps = select.engine_masks(v, lm, bm, semiring)
             with torch.no_grad():
                 if semiring == "max":
                     launch.launch_viterbi(*args_of(v), ps, None, plan=plan, masks=masks)
@@ -133,7 +133,7 @@ def main():
         from torch_semimarkov.engines.triton.limits import engine_limits
         for only in ((lm, None), (None, bm)):
             engine_limits(*only, B, T, C, K, "cpu")
-    dist_mod.ENGINE_ON_CPU = False
+    select.ENGINE_ON_CPU = False
     # the sampling walk (the traceback kernel with drawn steps)
     from torch_semimarkov.engines.triton import parallel
     for B, T, K, C in [(2, 300, 12, 6), (1, 5000, 64, 24), (2, 400, 200, 9)]:

@@ -18,7 +18,7 @@ import sys
 import torch
 
 from torch_semimarkov import semi_crf_streaming_forward
-from torch_semimarkov.streaming.autograd import triton_available
+from torch_semimarkov.engines.available import triton_available
 
 NAMES = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
 

@@ -28,7 +28,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from torch_semimarkov import semi_crf_streaming_forward
-from torch_semimarkov.streaming.autograd import triton_available
+from torch_semimarkov.engines.available import triton_available
 
 THRESHOLDS = {
     "partition": ("max_rel", 1e-4),

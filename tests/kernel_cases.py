@@ -20,6 +20,7 @@ pytest.importorskip("triton")
 
 from torch_semimarkov.engines.triton import launch, plan as plan_mod  # noqa: E402
 from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines import select  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -124,21 +125,21 @@ def adversarial(kind: str, B: int, T: int, K: int, C: int, seed: int = 0, dtype=
     return inp
 
 
-def recording_engine(monkeypatch, chunk: int, name: str) -> list:
-    """Let ``distribution``'s engine paths run on CPU tensors (the interpreter), with chunks of
-    ``chunk`` positions, and record whether ``distribution.<name>`` took each call (its result
-    is not None): the list it returns grows by one bool per call."""
-    from torch_semimarkov.streaming import distribution
+def recording_engine(monkeypatch, chunk: int, module, name: str) -> list:
+    """Let the engine paths beyond log Z run on CPU tensors (the interpreter), with chunks of
+    ``chunk`` positions, and record whether ``module.<name>`` (a function of an API module, as
+    that module calls it) took each call (its result is not None): the list it returns grows by
+    one bool per call."""
 
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
     calls = []
-    real = getattr(distribution, name)
+    real = getattr(module, name)
 
     def recording(*args, **kwargs):
         out = real(*args, **kwargs)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(distribution, name, recording)
+    monkeypatch.setattr(module, name, recording)
     return calls

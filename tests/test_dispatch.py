@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
+import torch_semimarkov.engines.available as available
 import torch_semimarkov.engines.select as backends
-import torch_semimarkov.streaming.autograd as api
 from torch_semimarkov.core.validation import validate_streaming_inputs
 from torch_semimarkov.engines.interface import ENGINES, NumbaEngine, TorchEngine, TritonEngine
 from conftest import CPU_BACKENDS, assert_close, make_inputs
@@ -32,11 +32,11 @@ def small_inputs():
 
 
 def test_broken_kernel_module_warns_and_falls_back(monkeypatch):
-    monkeypatch.setattr(backends, "_TRITON", None)
+    monkeypatch.setattr(available, "_TRITON", None)
     # a None entry makes importing the module fail, as a broken install would
     monkeypatch.setitem(sys.modules, "torch_semimarkov.engines.triton", None)
     with pytest.warns(RuntimeWarning, match="could not be loaded"):
-        assert backends.triton_available() is False
+        assert available.triton_available() is False
     out = semi_crf_streaming_forward(**small_inputs())
     assert torch.isfinite(out).all()
 
@@ -44,7 +44,7 @@ def test_broken_kernel_module_warns_and_falls_back(monkeypatch):
 def test_cpu_tensors_never_take_the_triton_path():
     inp = validate_streaming_inputs(*small_inputs().values())
     assert ENGINES[backends.backend_for(inp, use_triton=True)] is not TritonEngine
-    want = NumbaEngine if backends.numba_available() else TorchEngine
+    want = NumbaEngine if available.numba_available() else TorchEngine
     assert ENGINES[backends.backend_for(inp, use_triton=True)] is want
     assert ENGINES[backends.backend_for(inp, use_triton=False, backend="torch")] is TorchEngine
 
@@ -63,7 +63,7 @@ def test_backend_triton_contradicting_use_triton_raises():
 
 
 def test_missing_numba_falls_back_under_auto_and_raises_when_named(monkeypatch):
-    monkeypatch.setattr(backends, "_NUMBA", False)
+    monkeypatch.setattr(available, "_NUMBA", False)
     inp = small_inputs()
     want = semi_crf_streaming_forward(**inp, backend="torch")
     assert torch.equal(semi_crf_streaming_forward(**inp), want)
@@ -74,9 +74,9 @@ def test_missing_numba_falls_back_under_auto_and_raises_when_named(monkeypatch):
 
 
 def test_numba_not_importable_falls_back_to_the_pytorch_path(monkeypatch):
-    monkeypatch.setattr(backends, "_NUMBA", None)
+    monkeypatch.setattr(available, "_NUMBA", None)
     monkeypatch.setitem(sys.modules, "torch_semimarkov.engines.numba.engine", None)
-    assert backends.numba_available() is False  # an ImportError: numba is simply not installed
+    assert available.numba_available() is False  # an ImportError: numba is simply not installed
     assert torch.isfinite(semi_crf_streaming_forward(**small_inputs())).all()
 
 
@@ -112,7 +112,7 @@ def test_head_passes_the_backend_through(backend, monkeypatch):
         seen.append(b)
         return real(inp, use_triton, b)
 
-    monkeypatch.setattr(api, "backend_for", spy)
+    monkeypatch.setattr(backends, "backend_for", spy)  # every public function asks route(), which asks this
     torch.manual_seed(0)
     head = SemiMarkovCRFHead(3, 4, hidden_dim=5, backend=backend)
     h, lengths = torch.randn(2, 9, 5), torch.tensor([9, 6])

@@ -8,7 +8,13 @@ import pytest
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
 MODULES = [
-    "torch_semimarkov.streaming.autograd",
+    "torch_semimarkov.api.partition",
+    "torch_semimarkov.api.viterbi",
+    "torch_semimarkov.api.marginals",
+    "torch_semimarkov.api.entropy",
+    "torch_semimarkov.api.sample",
+    "torch_semimarkov.api.topk",
+    "torch_semimarkov.core.results",
     "torch_semimarkov.engines.torch.reference",
     "torch_semimarkov.engines.numba.engine",
     "torch_semimarkov.core.segments",

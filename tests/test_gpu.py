@@ -127,7 +127,7 @@ def test_gradients_bitwise_deterministic(parallel, K, C):
 
 @pytest.mark.parametrize("time_parallel", [None, False, True])
 def test_public_api_gradients_match_pytorch_path(time_parallel):
-    from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
 
     inp = _cuda(make_inputs(3, 2570, 9, 5, dtype=torch.float64, seed=10, lengths="ragged", proj="both"))
     res = {}

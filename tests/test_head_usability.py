@@ -11,7 +11,9 @@ import torch
 
 import torch_semimarkov as tsm
 from torch_semimarkov import MarginalsResult, SemiMarkovCRFHead
-from torch_semimarkov.streaming import distribution as dist_mod
+from torch_semimarkov.api import entropy as entropy_mod
+from torch_semimarkov.api import topk as topk_mod
+from torch_semimarkov.engines import interface, select
 
 from conftest import CPU_BACKENDS
 
@@ -130,7 +132,7 @@ def test_old_positional_forms_keep_working_and_show_the_keyword_form():
 def test_backend_torch_keeps_masks_and_beyond_paths_off_the_engine(monkeypatch):
     """With the engine's kernels allowed on CPU tensors (the interpreter), "auto" takes them and
     "torch" does not: the masked log Z, top-k and the entropy honour ``backend=``."""
-    monkeypatch.setattr(dist_mod, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
     calls = []
 
     class Taken(Exception):
@@ -142,9 +144,9 @@ def test_backend_torch_keeps_masks_and_beyond_paths_off_the_engine(monkeypatch):
             raise Taken(name)
         return f
 
-    monkeypatch.setattr(dist_mod, "_topk_on_engine", spy("topk"))
-    monkeypatch.setattr(dist_mod, "_entropy_on_engine", spy("entropy"))
-    monkeypatch.setattr(dist_mod._EngineConstrainedLogZ, "apply", spy("masked log Z"))
+    monkeypatch.setattr(topk_mod, "_topk_on_engine", spy("topk"))
+    monkeypatch.setattr(entropy_mod, "_entropy_on_engine", spy("entropy"))
+    monkeypatch.setattr(interface._TritonMaskedLogZ, "apply", spy("masked log Z"))
     lm = torch.ones(2, 8, 3, dtype=torch.bool)
     lm[1, 3, 2] = False
     calls_of = {}

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from torch_semimarkov.streaming import distribution as dist
+from torch_semimarkov.engines.torch import dense as dense_mod
+from torch_semimarkov.core import validation as validation_mod
 from torch_semimarkov.engines.triton import HAS_TRITON
 from torch_semimarkov.core.validation import validate_streaming_inputs
 
@@ -32,8 +33,8 @@ def _model(B, T, K, C, direct, proj, masked, seed, device, shift=0.0):
         bm = torch.zeros(B, T, dtype=torch.long)
         bm[:, T // 3] = 1
         bm[:, 1] = -1
-        lm, bm = dist.check_masks(lm, bm, B, T, C, device)
-    return dist._Model(inp, lm, bm)
+        lm, bm = validation_mod.check_masks(lm, bm, B, T, C, device)
+    return dense_mod._Model(inp, lm, bm)
 
 
 def _same(a, b):
@@ -60,26 +61,26 @@ def test_dense_kernels_equal_the_pytorch_recurrences(direct, proj, masked, facto
     rows = slice(K, K + m.T + 1)
     _same(A[:, rows], A_ref[:, rows])
     _same(Bt[:, rows], B_ref[:, rows])
-    torch.testing.assert_close(Ea[:, rows], dist._expected_prefix(m, A_ref)[:, rows], atol=1e-9, rtol=1e-12)
-    torch.testing.assert_close(Eb[:, rows], dist._expected_suffix(m, B_ref)[:, rows], atol=1e-9, rtol=1e-12)
+    torch.testing.assert_close(Ea[:, rows], dense_mod._expected_prefix(m, A_ref)[:, rows], atol=1e-9, rtol=1e-12)
+    torch.testing.assert_close(Eb[:, rows], dense_mod._expected_suffix(m, B_ref)[:, rows], atol=1e-9, rtol=1e-12)
 
 
 def _torch_alpha(m):
-    saved = dist._dense_kernels
-    dist._dense_kernels = lambda: None
+    saved = dense_mod._dense_kernels
+    dense_mod._dense_kernels = lambda: None
     try:
         return m.alpha()
     finally:
-        dist._dense_kernels = saved
+        dense_mod._dense_kernels = saved
 
 
 def _torch_beta(m):
-    saved = dist._dense_kernels
-    dist._dense_kernels = lambda: None
+    saved = dense_mod._dense_kernels
+    dense_mod._dense_kernels = lambda: None
     try:
         return m.beta()
     finally:
-        dist._dense_kernels = saved
+        dense_mod._dense_kernels = saved
 
 
 @pytest.mark.parametrize("direct,factored_off", [(False, False), (True, False), (False, True)])

@@ -12,7 +12,9 @@ import torch
 from kernel_cases import DEVICE, cpu, recording_engine
 from test_kernels_masks import _inputs, _masks, _restricted
 from torch_semimarkov import semi_crf_streaming_entropy
-from torch_semimarkov.streaming import distribution
+from torch_semimarkov.api import constrained
+from torch_semimarkov.api import entropy as entropy_mod
+from torch_semimarkov.engines import select
 from torch_semimarkov.engines.triton import plan as plan_mod
 
 F64 = torch.float64
@@ -20,7 +22,7 @@ F64 = torch.float64
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
 def engine(request, monkeypatch):
-    return recording_engine(monkeypatch, request.param, "_entropy_on_engine")
+    return recording_engine(monkeypatch, request.param, entropy_mod, "_entropy_on_engine")
 
 
 def _entropy(scores):
@@ -78,29 +80,29 @@ def test_engine_entropy_on_long_sequences_matches_the_float64_path(monkeypatch, 
     args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps, proj_end=pe)
     for masks in ({}, dict(label_mask=lm, boundary_mask=bm)):
         want = semi_crf_streaming_entropy(**args, **masks)  # CPU tensors: the float64 path
-        monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+        monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
         run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
                    else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in args.items()}
         run_masks = {"label_mask": None, "boundary_mask": None} | {k: v.to(DEVICE) for k, v in masks.items()}
-        got = distribution._entropy_on_engine(*distribution._validated(**run, **run_masks)[:3])
-        monkeypatch.setattr(distribution, "ENGINE_ON_CPU", False)
+        got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **run_masks)[:3])
+        monkeypatch.setattr(select, "ENGINE_ON_CPU", False)
         assert got is not None and (want > 1).all()
         torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
 
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
 def grad_engine(request, monkeypatch):
-    return recording_engine(monkeypatch, request.param, "_entropy_engine")
+    return recording_engine(monkeypatch, request.param, entropy_mod, "_entropy_engine")
 
 
 def _float64_entropy_and_grads(monkeypatch, ref, masks):
     """The float64 path's entropy and gradients (CPU tensors, the engine switched off)."""
     names = [k for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if ref[k] is not None]
     leaves = {k: ref[k].clone().requires_grad_() for k in names}
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", False)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", False)
     H = semi_crf_streaming_entropy(**dict(ref, **leaves), **masks)
     H.sum().backward()
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
     return H.detach(), {k: leaves[k].grad for k in names}
 
 
@@ -130,7 +132,7 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, 
     With duration tiles of 2 the weighted-marginal and anchor kernels take several duration
     blocks (P_start / Q_start accumulate across them)."""
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", k_block)
-    recording = recording_engine(monkeypatch, 7, "_entropy_engine")
+    recording = recording_engine(monkeypatch, 7, entropy_mod, "_entropy_engine")
     B, T, K, C = 2, 30, 5, 3
     g = torch.Generator().manual_seed(27)
     cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) - 3.0).cumsum(1), (0, 0, 1, 0))

@@ -1,5 +1,5 @@
 """Partial labels and constraints on the engine: the time-parallel register-ring kernels read the
-masks as per-(position, label) segment limits (``distribution.segment_limits``). Under the
+masks as per-(position, label) segment limits (``masks_mod.segment_limits``). Under the
 interpreter (CPU) or compiled (CUDA), with chunks short enough for fix-ups and repairs, against
 the enumeration restricted to the allowed segmentations."""
 
@@ -13,7 +13,10 @@ import torch
 from kernel_cases import DEVICE, cpu, recording_engine
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
 from torch_semimarkov.oracle import enumerate_segmentations, segmentation_allowed
-from torch_semimarkov.streaming import distribution
+from torch_semimarkov.api import constrained as constrained_mod
+from torch_semimarkov.engines.torch import dense as dense_mod
+from torch_semimarkov.core import masks as masks_mod
+from torch_semimarkov.engines import select
 from torch_semimarkov.engines.triton import plan as plan_mod
 
 F64 = torch.float64
@@ -26,8 +29,8 @@ def engine(request, monkeypatch):
     if request.param == "blocked":
         monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
         monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
-        return recording_engine(monkeypatch, 3, "_engine_masks")
-    return recording_engine(monkeypatch, request.param, "_engine_masks")
+        return recording_engine(monkeypatch, 3, select, "engine_masks")
+    return recording_engine(monkeypatch, request.param, select, "engine_masks")
 
 
 def _inputs(seed, B=3, T=7, K=3, C=3, proj=False, forbid=False):
@@ -169,11 +172,11 @@ def test_segment_limits_describe_the_allowed_segments(K):
     limits agree with the PyTorch path's smallest starts wherever those are within K."""
     B, T, C = 3, 75, 3
     lm, bm = _masks(8, B, T, C)
-    ms, me, forbidden = distribution.segment_limits(lm, bm.to(torch.int8), B, T, C, K, "cpu")
+    ms, me, forbidden = masks_mod.segment_limits(lm, bm.to(torch.int8), B, T, C, K, "cpu")
     cum = torch.zeros(B, T + 1, C, dtype=F64)
-    inp = distribution._validated(cum, torch.zeros(C, C), torch.zeros(K, C), torch.tensor([T] * B), K, None, None,
+    inp = constrained_mod._validated(cum, torch.zeros(C, C), torch.zeros(K, C), torch.tensor([T] * B), K, None, None,
                                   lm, bm)
-    model = distribution._Model(inp[0], inp[1], inp[2])
+    model = dense_mod._Model(inp[0], inp[1], inp[2])
     ref = model.min_start[:, K + 1:K + 1 + T]
     e = torch.arange(1, T + 1)[None, :, None]
     near = ref > e - K
@@ -254,16 +257,16 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     bm[:, 0] = 0
     args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps,
                 label_mask=lm, boundary_mask=bm)
-    want = distribution.constrained_log_partition(**{k: (v.requires_grad_() if k in ("cum_scores", "transition",
+    want = constrained_mod.constrained_log_partition(**{k: (v.requires_grad_() if k in ("cum_scores", "transition",
                                                   "duration_bias", "proj_start") else v) for k, v in args.items()})
     assert torch.isfinite(want).all()
     exp = torch.autograd.grad(want.sum(), [cum, tr, db, ps])
     best = semi_crf_streaming_viterbi(**args).scores
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
     run = {k: (v.detach().to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor)
                and v.is_floating_point() else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v))
            for k, v in args.items()}
-    assert distribution._engine_masks(*distribution._validated(
+    assert select.engine_masks(*constrained_mod._validated(
         run["cum_scores"], run["transition"], run["duration_bias"], run["lengths"], K, run["proj_start"], None,
         run["label_mask"], run["boundary_mask"])) is not None
     got = semi_crf_streaming_forward(**run)

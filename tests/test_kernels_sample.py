@@ -24,8 +24,8 @@ from conftest import assert_close, make_inputs
 from kernel_cases import DEVICE, adversarial, cpu, validated
 from torch_semimarkov import semi_crf_streaming_sample
 from torch_semimarkov.core.gold import gold_score
+from torch_semimarkov.engines import select
 from torch_semimarkov.oracle import enumerate_segmentations
-from torch_semimarkov.streaming import distribution
 from torch_semimarkov.engines.triton import launch, parallel, plan as plan_mod
 
 F64 = torch.float64
@@ -152,7 +152,7 @@ def test_kernel_walk_on_models_whose_walks_do_not_merge(kind):
 
 @pytest.fixture
 def engine_sampling(monkeypatch):
-    monkeypatch.setattr(distribution, "ENGINE_ON_CPU", True)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 4)
 
 

@@ -14,14 +14,15 @@ from kernel_cases import DEVICE, cpu, recording_engine
 from test_distribution import _check_topk
 from test_kernels_masks import _inputs, _restricted
 from torch_semimarkov import semi_crf_streaming_topk, semi_crf_streaming_viterbi
-from torch_semimarkov.streaming import distribution
+from torch_semimarkov.api import topk as topk_mod
+from torch_semimarkov.engines import select
 
 F64 = torch.float64
 
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
 def engine(request, monkeypatch):
-    return recording_engine(monkeypatch, request.param, "_topk_on_engine")
+    return recording_engine(monkeypatch, request.param, topk_mod, "_topk_on_engine")
 
 
 @pytest.mark.parametrize("proj,forbid,k", [(False, False, 5), (True, False, 5), (True, True, 7), (False, False, 24)])
@@ -51,9 +52,9 @@ def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
     run = {kk: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for kk, v in args.items()}
     got = semi_crf_streaming_topk(**run, k=6)
     assert engine == [True]
-    distribution.ENGINE_ON_CPU = False  # the fixture's monkeypatch restores it
+    select.ENGINE_ON_CPU = False  # the fixture's monkeypatch restores it
     want = semi_crf_streaming_topk(**args, k=6)
-    distribution.ENGINE_ON_CPU = True
+    select.ENGINE_ON_CPU = True
     torch.testing.assert_close(cpu(got.scores), want.scores, atol=1e-9, rtol=0)
     assert torch.equal(cpu(got.labels), want.labels)
     best = semi_crf_streaming_viterbi(**run)

@@ -125,7 +125,8 @@ def test_long_sequences_bitwise_with_pruning(proj, numba_calls):
     """(C, C) transition, T = 400, K = 16: the pruned kernel (segment scores from reversed rows,
     S and D alone when there are no projections and every sequence is full) equals the PyTorch
     path bit for bit, with large cumulative scores (a drift of 50 per position)."""
-    from torch_semimarkov.streaming.distribution import _Model, _validated
+    from torch_semimarkov.api.constrained import _validated
+    from torch_semimarkov.engines.torch.dense import _Model
 
     g = torch.Generator().manual_seed(47)
     B, T, K, C = 2, 400, 16, 4

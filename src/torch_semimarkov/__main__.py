@@ -12,8 +12,8 @@ def _info() -> int:
     import torch
 
     import torch_semimarkov
-    from torch_semimarkov.streaming.autograd import triton_available
-    from torch_semimarkov.engines.select import numba_available
+    from torch_semimarkov.engines.available import triton_available
+    from torch_semimarkov.engines.available import numba_available
 
     print(f"torch-semimarkov {torch_semimarkov.__version__}")
     print(f"torch {torch.__version__}; CUDA available: {torch.cuda.is_available()}; Triton kernels usable: {triton_available()}")

@@ -30,35 +30,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
+from torch_semimarkov.api.entropy import negative_expected_score, semi_crf_streaming_entropy
+from torch_semimarkov.api.marginals import semi_crf_streaming_marginals
+from torch_semimarkov.api.partition import semi_crf_streaming_forward
+from torch_semimarkov.api.sample import semi_crf_streaming_sample
+from torch_semimarkov.api.topk import semi_crf_streaming_topk
+from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
 from torch_semimarkov.core.gold import gold_score, labels_to_starts, segments_to_starts
-from torch_semimarkov.scores import cumulative_scores
-from torch_semimarkov.streaming.autograd import (
-    MarginalsResult,
-    ViterbiResult,
-    semi_crf_streaming_forward,
-    semi_crf_streaming_marginals,
-    semi_crf_streaming_viterbi,
-)
+from torch_semimarkov.core.validation import check_masks
+from torch_semimarkov.core.results import MarginalsResult, SegmentationSamples, TopKResult, ViterbiResult
+from torch_semimarkov.core.validation import debug_checks, lengths_from, validate_streaming_inputs
+from torch_semimarkov.core.values import check_input_values
 from torch_semimarkov.engines.select import BACKENDS
-from torch_semimarkov.streaming.distribution import (
-    SegmentationSamples,
-    TopKResult,
-    check_masks,
-    negative_expected_score,
-    semi_crf_streaming_entropy,
-    semi_crf_streaming_sample,
-    semi_crf_streaming_topk,
-)
-from torch_semimarkov.core.validation import (
-    check_input_values,
-    debug_checks,
-    lengths_from,
-    validate_streaming_inputs,
-)
+from torch_semimarkov.scores import cumulative_scores
 
 __all__ = ["SemiMarkovCRF"]
 

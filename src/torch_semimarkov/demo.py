@@ -272,8 +272,8 @@ def run_demo(
     train_loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate_segments, generator=g)
     val_loader = DataLoader(val, batch_size=cfg.batch_size, shuffle=False, collate_fn=collate_segments)
 
-    from torch_semimarkov.streaming.autograd import triton_available
-    from torch_semimarkov.engines.select import numba_available
+    from torch_semimarkov.engines.available import triton_available
+    from torch_semimarkov.engines.available import numba_available
 
     if dev.type == "cuda":
         backend = "Triton kernels" if triton_available() else "PyTorch streaming engine"

@@ -17,25 +17,25 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from torch_semimarkov.durations import DurationDistribution, make_duration
-from torch_semimarkov.scores import cumulative_scores
-from torch_semimarkov.core.gold import (FORBIDDEN_REASONS, any_bad_label, forbidden_terms, gold_score, labels_to_starts,
-                   no_segmentation_message, segments_to_starts)
-from torch_semimarkov.core.gold import checked_nll
+from torch_semimarkov.api.constrained import constrained_log_partition
+from torch_semimarkov.api.partition import semi_crf_streaming_forward
+from torch_semimarkov.core.gold import (
+    any_bad_label,
+    checked_nll,
+    FORBIDDEN_REASONS,
+    forbidden_terms,
+    gold_score,
+    labels_to_starts,
+    no_segmentation_message,
+    segments_to_starts,
+)
+from torch_semimarkov.core.results import MarginalsResult, SegmentationSamples, TopKResult, ViterbiResult
+from torch_semimarkov.core.validation import debug_checks as _debug, lengths_from, refuse_jit_trace
+from torch_semimarkov.core.values import check_value_stats, float_inputs, value_stats
 from torch_semimarkov.crf import SemiMarkovCRF
-from torch_semimarkov.streaming.autograd import (
-    MarginalsResult,
-    ViterbiResult,
-    semi_crf_streaming_forward,
-)
-from torch_semimarkov.streaming.distribution import (
-    SegmentationSamples,
-    TopKResult,
-    constrained_log_partition,
-)
+from torch_semimarkov.durations import DurationDistribution, make_duration
 from torch_semimarkov.engines.select import BACKENDS
-from torch_semimarkov.core.validation import debug_checks as _debug
-from torch_semimarkov.core.validation import check_value_stats, float_inputs, lengths_from, refuse_jit_trace, value_stats
+from torch_semimarkov.scores import cumulative_scores
 
 __all__ = ["SemiMarkovCRFHead", "SemiCRFOutput", "Posterior"]
 

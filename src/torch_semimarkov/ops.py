@@ -25,9 +25,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_semimarkov.core.validation import StreamingInputs, check_input_values, debug_checks
+from torch_semimarkov.core.validation import debug_checks
+from torch_semimarkov.core.values import check_input_values
 from torch_semimarkov.engines.interface import ENGINES, EngineOptions, check_finite
-from torch_semimarkov.engines.select import triton_launchers
+from torch_semimarkov.engines.available import triton_launchers
 
 _STATE_DIMS = 5  # the state tensors have at most this many dimensions
 

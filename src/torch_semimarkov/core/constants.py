@@ -18,3 +18,6 @@ IMPOSSIBLE_BELOW = -1e29
 #: Largest magnitude accepted for a finite score: far below |IMPOSSIBLE_BELOW| so that no sum of
 #: real scores along a sequence can be mistaken for an impossible one.
 MAX_ABS_SCORE = 1e15
+
+#: The error for a ``boundary_mask`` value outside {-1, 0, 1}.
+BOUNDARY_VALUES = "boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)"

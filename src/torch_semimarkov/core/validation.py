@@ -7,17 +7,16 @@ kernel. The checks are cheap: one pass over each tensor for NaN/Inf, no per-posi
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from torch_semimarkov.core.constants import IMPOSSIBLE, MAX_ABS_SCORE, NEG_INF
+from torch_semimarkov.core.constants import BOUNDARY_VALUES, IMPOSSIBLE, NEG_INF
+from torch_semimarkov.core.values import check_input_values
 
 SEMIRINGS = ("log", "max")
 
@@ -38,6 +37,13 @@ class StreamingInputs:
     K: int
     proj_start: Optional[torch.Tensor]  # (B, T, C) or None
     proj_end: Optional[torch.Tensor]  # (B, T, C) or None
+    label_mask: Optional[torch.Tensor] = None  # (B, T, C) bool or None
+    boundary_mask: Optional[torch.Tensor] = None  # (B, T) int8 or None
+
+    @property
+    def masked(self) -> bool:
+        """Whether partial labels constrain the segmentations (``label_mask`` or ``boundary_mask``)."""
+        return self.label_mask is not None or self.boundary_mask is not None
 
     @property
     def batch(self) -> int:
@@ -177,104 +183,10 @@ def _check_float_tensor(name: str, t) -> None:
         raise ValueError(f"{name} must be a float32 or float64 tensor, got dtype {t.dtype} (cast with .float())")
 
 
-def _raise_non_finite(name: str, t: torch.Tensor, allow_neg_inf: bool) -> None:
-    n_nan = int(torch.isnan(t).sum())
-    bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
-    first = tuple(int(i) for i in bad.nonzero()[0]) if bool(bad.any()) else ()
-    # where the first one is, in the words of the tensor's layout
-    if name == "cum_scores" and len(first) == 3:
-        at = (f"; the first at sequence {first[0]}, cumulative position {first[1]}, label {first[2]} "
-              f"(a per-position score of position {max(first[1] - 1, 0)} or earlier)")
-    elif len(first) == 3:
-        at = f"; the first at sequence {first[0]}, position {first[1]}, label {first[2]}"
-    elif len(first) == 2:
-        at = f"; the first at row {first[0]}, column {first[1]}"
-    else:
-        at = f"; the first at index {first}"
-    if allow_neg_inf:
-        n_inf = int((t == float("inf")).sum())
-        raise ValueError(f"{name} contains {n_nan} NaN and {n_inf} +inf values (-inf is allowed: it forbids what "
-                         f"the entry scores){at}")
-    n_inf = int(torch.isinf(t).sum())
-    raise ValueError(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf){at}")
-
-
-def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
-    """The minimum and maximum of each float input that is not empty, then of ``lengths``, as one
-    float64 tensor on their device, without reading it (``aminmax`` propagates NaN, so these
-    scalars tell everything :func:`check_value_stats` needs)."""
-    scalars = [m.to(torch.float64) for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
-    scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
-    return torch.stack(scalars)
-
-
 #: The error of a ``boundary_mask`` value outside {-1, 0, 1}.
-BOUNDARY_VALUES = "boundary_mask values must be -1 (no segment starts here), 0 (free) or 1 (a segment starts here)"
 
 
-def _check_values(floats, lengths: torch.Tensor, T: int, boundary_mask: Optional[torch.Tensor] = None) -> None:
-    """NaN/Inf, magnitude and the range of lengths (and of ``boundary_mask``'s values), with ONE
-    device-to-host transfer.
-
-    ``floats`` is a list of (name, tensor, allow_neg_inf). ``aminmax`` propagates NaN, so the
-    minimum and maximum of each tensor tell everything the checks need; only a failure reads more.
-    """
-    bm = boundary_mask is not None and boundary_mask.numel() > 0
-    if lengths.device.type == "cpu":
-        # NumPy on the calling thread: torch would split each reduction over its intra-op
-        # threads, which on a busy machine can cost milliseconds per call (np.min/max keep NaN)
-        arrays = [t.detach().numpy() for _, t, _ in floats if t.numel()]
-        arrays.append(lengths.detach().numpy())
-        if bm:
-            arrays.append(boundary_mask.cpu().numpy())
-        values = [float(f(a)) for a in arrays for f in (np.min, np.max)]
-    else:
-        stats = value_stats(floats, lengths)
-        if bm:
-            stats = torch.cat([stats, torch.stack(torch.aminmax(boundary_mask.detach())).to(stats)])
-        values = stats.tolist()
-    if bm:
-        values, (lo, hi) = values[:-2], values[-2:]
-        if lo < -1 or hi > 1:
-            raise ValueError(BOUNDARY_VALUES)
-    check_value_stats(floats, values, T)
-
-
-def check_value_stats(floats, values, T: int) -> None:
-    """Raise the error of :func:`_check_values` from the host copy of :func:`value_stats`."""
-    lo, hi = int(values[-2]), int(values[-1])
-    if lo < 1 or hi > T:  # first: a zero length makes NaN of the head's per-sequence means
-        _raise_lengths(lo, hi, T)
-    i = 0
-    for name, t, allow_neg_inf in floats:
-        if not t.numel():
-            continue
-        t_min, t_max = values[i], values[i + 1]
-        i += 2
-        bad = math.isnan(t_min) or math.isnan(t_max) or t_max == math.inf or (t_min == -math.inf and not allow_neg_inf)
-        if bad:
-            _raise_non_finite(name, t, allow_neg_inf)
-        # forbidden entries (<= NEG_INF) of transition / duration_bias are not magnitudes
-        forbidding = allow_neg_inf and t_min <= NEG_INF
-        big = max(abs(t_max) if not (allow_neg_inf and t_max <= NEG_INF) else 0.0, 0.0 if forbidding else abs(t_min))
-        if big > MAX_ABS_SCORE:
-            raise ValueError(
-                f"{name} holds values of magnitude up to {big:.3g}; scores beyond {MAX_ABS_SCORE:.0e} leave no "
-                "precision for the log-partition (rescale them, and zero-centre per-position scores before the cumsum)"
-            )
-
-
-def _raise_lengths(lo: int, hi: int, T: int) -> None:
-    hint = ""
-    if hi > T:
-        hint = (
-            f" (cum_scores must have T+1 rows with row 0 = 0: it has {T + 1}, so T = {T}; did you pass "
-            "the cumsum without its leading zero row? torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)))"
-        )
-    raise ValueError(f"lengths must lie in [1, T] = [1, {T}], got values in [{lo}, {hi}]{hint}")
-
-
-def validate_streaming_inputs(
+def streaming_inputs(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
     duration_bias: torch.Tensor,
@@ -284,12 +196,14 @@ def validate_streaming_inputs(
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
     checkpoint_interval: Optional[int] = None,
-    check_values: bool = True,
+    label_mask: Optional[torch.Tensor] = None,
+    boundary_mask: Optional[torch.Tensor] = None,
 ) -> StreamingInputs:
-    """Check the inputs of a streaming call and return them normalised.
+    """Check the types, shapes, dtypes and devices of a streaming call's inputs (and of the masks,
+    :func:`check_masks`) without reading any data, and return them normalised.
 
-    The types, shapes, dtypes and devices are checked here without reading any data. With
-    ``check_values`` the values are checked too (NaN/Inf, magnitudes, the range of ``lengths``),
+    The values are :func:`validate_streaming_inputs`' business (or the engine operators', inside:
+    :func:`~torch_semimarkov.core.values.check_input_values`),
     with one device-to-host transfer; the public functions instead run :func:`check_input_values`
     inside the engine's operator, so that ``torch.compile`` never sees a data-dependent branch.
 
@@ -361,8 +275,7 @@ def validate_streaming_inputs(
         if tuple(p.shape) != (B, T, C):
             raise ValueError(f"{name} must have shape (batch, T, C) = ({B}, {T}, {C}), got {_shape(p)}")
 
-    if check_values:
-        _check_values(float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths, T)
+    label_mask, boundary_mask = check_masks(label_mask, boundary_mask, B, T, C, device, check_values=False)
 
     if checkpoint_interval is not None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int):
@@ -378,24 +291,9 @@ def validate_streaming_inputs(
         K=K,
         proj_start=None if proj_start is None else forbid(proj_start.to(dtype)),
         proj_end=None if proj_end is None else forbid(proj_end.to(dtype)),
+        label_mask=label_mask,
+        boundary_mask=boundary_mask,
     )
-
-
-def float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end):
-    """(name, tensor, -inf allowed) of each float input that is present."""
-    floats = [("cum_scores", cum_scores, False), ("transition", transition, True), ("duration_bias", duration_bias, True)]
-    # -inf (or <= NEG_INF) in a projection forbids a segment to start / end there with that label
-    floats += [(name, p, True) for name, p in (("proj_start", proj_start), ("proj_end", proj_end)) if p is not None]
-    return floats
-
-
-def check_input_values(cum_scores, transition, duration_bias, lengths, proj_start=None, proj_end=None,
-                       boundary_mask=None) -> None:
-    """The value checks of :func:`validate_streaming_inputs` (NaN/Inf, magnitudes, the range of
-    ``lengths``, and of ``boundary_mask`` if given) with one device-to-host transfer; a
-    ``ValueError`` naming the argument."""
-    _check_values(float_inputs(cum_scores, transition, duration_bias, proj_start, proj_end), lengths,
-                  cum_scores.shape[1] - 1, boundary_mask)
 
 
 def refuse_jit_trace() -> None:
@@ -419,3 +317,62 @@ def mask_lengths(mask: Tensor) -> Tensor:
 @mask_lengths.register_fake
 def _mask_lengths_fake(mask):
     return mask.new_empty(mask.shape[0], dtype=torch.int64)
+
+
+def check_num_warps(num_warps) -> None:
+    """ValueError unless ``num_warps`` is None or a Triton warp count (1, 2, 4, 8, 16)."""
+    if num_warps is None:
+        return
+    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
+
+
+def validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, semiring: str = "log",
+                              proj_start=None, proj_end=None, checkpoint_interval: Optional[int] = None,
+                              check_values: bool = True, label_mask=None, boundary_mask=None) -> StreamingInputs:
+    """Check the inputs of a streaming call and return them normalised (:func:`streaming_inputs`);
+    with ``check_values`` their values too (NaN/Inf, magnitudes, the range of ``lengths`` and of
+    ``boundary_mask``), with one device-to-host transfer. The public functions check the values
+    inside the engine's operator instead, so that ``torch.compile`` never sees a data-dependent
+    branch.
+
+    Raises:
+        TypeError: an argument has the wrong Python or tensor type.
+        ValueError: a shape, size, range, dtype or device is wrong, or a tensor holds NaN/Inf.
+    """
+    inp = streaming_inputs(cum_scores, transition, duration_bias, lengths, K, semiring, proj_start, proj_end,
+                           checkpoint_interval, label_mask, boundary_mask)
+    if check_values:
+        check_input_values(cum_scores, transition, duration_bias, inp.lengths, proj_start, proj_end, inp.boundary_mask)
+    return inp
+
+
+def check_masks(label_mask, boundary_mask, B: int, T: int, C: int, device,
+                check_values: bool = True) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Validate ``label_mask`` (B, T, C) bool and ``boundary_mask`` (B, T) in {-1, 0, 1}.
+
+    Returns them on ``device`` (bool and int8), or None where not given. Raises ``ValueError`` (or
+    ``TypeError``) naming the argument. ``check_values=False`` leaves the values of
+    ``boundary_mask`` to the caller (``check_input_values`` reads them with the other inputs').
+    """
+    if label_mask is not None:
+        if not isinstance(label_mask, torch.Tensor):
+            raise TypeError(f"label_mask must be a bool tensor (B, T, C), got {type(label_mask).__name__}")
+        if label_mask.dtype != torch.bool:
+            raise ValueError(f"label_mask must be a bool tensor (True: the label is allowed there), got {label_mask.dtype}")
+        if tuple(label_mask.shape) != (B, T, C):
+            raise ValueError(f"label_mask must have shape (batch, T, C) = ({B}, {T}, {C}), got {tuple(label_mask.shape)}")
+        label_mask = label_mask.to(device)
+    if boundary_mask is not None:
+        if not isinstance(boundary_mask, torch.Tensor):
+            raise TypeError(f"boundary_mask must be an integer tensor (B, T), got {type(boundary_mask).__name__}")
+        if boundary_mask.dtype.is_floating_point or boundary_mask.dtype == torch.bool:
+            raise ValueError(
+                "boundary_mask must be an integer tensor with values -1 (no segment starts here), 0 (free) or "
+                f"1 (a segment starts here), got {boundary_mask.dtype}")
+        if tuple(boundary_mask.shape) != (B, T):
+            raise ValueError(f"boundary_mask must have shape (batch, T) = ({B}, {T}), got {tuple(boundary_mask.shape)}")
+        if check_values and boundary_mask.numel() and bool(((boundary_mask < -1) | (boundary_mask > 1)).any()):
+            raise ValueError(BOUNDARY_VALUES)
+        boundary_mask = boundary_mask.to(device=device, dtype=torch.int8)
+    return label_mask, boundary_mask

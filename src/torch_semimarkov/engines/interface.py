@@ -6,11 +6,16 @@ as PyTorch operators; :func:`torch_semimarkov.engines.select.backend_for` picks 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import torch
 
-from torch_semimarkov.engines.select import numba_engine, triton_launchers
+from torch_semimarkov.core.masks import segment_limits
+from torch_semimarkov.core.validation import debug_checks
+from torch_semimarkov.core.values import check_input_values
+from torch_semimarkov.engines.available import numba_engine, triton_launchers
+from torch_semimarkov.engines.torch.dense import _Model, ConstrainedLogZ, dense_marginals, dense_topk
 from torch_semimarkov.engines.torch.reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,
@@ -63,6 +68,26 @@ class EngineOptions(NamedTuple):
     time_parallel: Optional[bool] = None
 
 
+def _masked_entry(fn):
+    """An engine's entry with partial labels, ``fn(inp, masks, validate=True)``: the values of the
+    inputs and of the boundary mask are checked first (one device-to-host transfer) unless
+    ``validate=False`` (and no ``TORCH_SEMIMARKOV_DEBUG``), as the operators do for unmasked calls."""
+
+    @functools.wraps(fn)
+    def entry(inp, masks, validate: bool = True):
+        if validate or debug_checks():
+            check_input_values(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.proj_start,
+                               inp.proj_end, inp.boundary_mask)
+        return fn(inp, masks)
+
+    return staticmethod(entry)
+
+
+def _limits(inp, masks):
+    """``(label_mask, boundary_mask)`` as the compiled engine's segment limits."""
+    return segment_limits(*masks, inp.batch, inp.T, inp.C, inp.K, inp.cum_scores.device)
+
+
 class Engine:
     """One backend behind the operators of :mod:`torch_semimarkov.ops`, all static methods on
     validated inputs (``args`` = ``(cum_scores, transition, duration_bias, lengths, K, proj_start,
@@ -113,6 +138,21 @@ class TorchEngine(Engine):
         return semi_crf_streaming_viterbi_pytorch(cum_scores, transition, duration_bias, lengths, K, proj_start,
                                                   proj_end)
 
+    @_masked_entry
+    def log_z_masked(inp, masks):
+        return ConstrainedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                     inp.proj_end, inp, *masks)
+
+    @_masked_entry
+    def marginals_masked(inp, masks):
+        return dense_marginals(inp, *masks)
+
+    @_masked_entry
+    def viterbi_masked(inp, masks):
+        with torch.no_grad():
+            scores, labels, starts = dense_topk(_Model(inp, *masks), 1)
+        return scores[:, 0], labels[:, 0], starts[:, 0]
+
 
 class TritonEngine(Engine):
     """The Triton kernels (CUDA tensors); every call makes its
@@ -151,6 +191,29 @@ class TritonEngine(Engine):
         return launch.launch_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
                                      plan=plan)
 
+    @_masked_entry
+    def log_z_masked(inp, masks):
+        return _TritonMaskedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                       inp.proj_end, inp, masks)
+
+    @_masked_entry
+    def marginals_masked(inp, masks):
+        launch = triton_launchers()
+        plan, limits, ps = masks
+        args, _, pe = _detached(inp)
+        with torch.no_grad():
+            log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, masks=limits)
+            p_start, p_end, _, _ = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=limits)
+        return log_z.to(inp.cum_scores.dtype), p_start, p_end
+
+    @_masked_entry
+    def viterbi_masked(inp, masks):
+        launch = triton_launchers()
+        plan, limits, ps = masks
+        args, _, pe = _detached(inp)
+        with torch.no_grad():
+            return launch.launch_viterbi(*args, ps, pe, plan=plan, masks=limits)
+
 
 class NumbaEngine(Engine):
     """The compiled CPU engine (numba, CPU tensors, float64 inside)."""
@@ -188,6 +251,86 @@ class NumbaEngine(Engine):
         return numba_engine().semi_crf_streaming_viterbi_numba(cum_scores, transition, duration_bias, lengths, K,
                                                                proj_start, proj_end)
 
+    @_masked_entry
+    def log_z_masked(inp, masks):
+        return _NumbaMaskedLogZ.apply(inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start,
+                                      inp.proj_end, inp, _limits(inp, masks))
+
+    @_masked_entry
+    def marginals_masked(inp, masks):
+        eng = numba_engine()
+        args, ps, pe = _detached(inp)
+        limits = _limits(inp, masks)
+        state = eng.semi_crf_streaming_forward_numba(*args, "log", ps, pe, masks=limits)
+        p_start, p_end, _, _ = eng.semi_crf_streaming_backward_numba(*args, *state, ps, pe,
+                                                                     need_parameter_grads=False, masks=limits)
+        return state[0].to(inp.cum_scores.dtype), p_start, p_end
+
+    @_masked_entry
+    def viterbi_masked(inp, masks):
+        args, ps, pe = _detached(inp)
+        return numba_engine().semi_crf_streaming_viterbi_numba(*args, ps, pe, masks=_limits(inp, masks))
+
 
 #: The engine of each backend name (:func:`~torch_semimarkov.engines.select.backend_for` picks the name).
 ENGINES = {"triton": TritonEngine, "numba": NumbaEngine, "torch": TorchEngine}
+
+
+def _detached(inp):
+    """``((cum_scores, transition, duration_bias, lengths, K), proj_start, proj_end)``, detached."""
+    d = lambda t: None if t is None else t.detach()  # noqa: E731
+    return ((d(inp.cum_scores), d(inp.transition), d(inp.duration_bias), inp.lengths, inp.K), d(inp.proj_start),
+            d(inp.proj_end))
+
+
+def masked_input_grads(ctx, cum_scores, grad, marginals, has_ps, has_pe):
+    """The gradients of an engine autograd Function whose inputs are ``(cum_scores, transition,
+    duration_bias, proj_start, proj_end, inp, masks)``: log Z's gradient map (:func:`scale_grads`)
+    applied to the engine's marginals ``(p_start, p_end, g_tr, g_db)`` (or any weighted
+    marginals) times ``grad``, whose non-finite entries count as 0."""
+    need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+            has_ps and ctx.needs_input_grad[3], has_pe and ctx.needs_input_grad[4])
+    grad = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
+    return scale_grads(cum_scores, need, grad, *marginals) + (None, None)
+
+
+class _TritonMaskedLogZ(torch.autograd.Function):
+    """log Z of the allowed segmentations on the Triton kernels; the backward is the kernels' own."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, masks):
+        launch = triton_launchers()
+        plan, limits, ps = masks
+        args, _, pe = _detached(inp)
+        ps = None if ps is None else ps.detach()
+        log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, masks=limits)
+        ctx.stash = (args, ps, pe, plan, limits, state, proj_start is not None, proj_end is not None)
+        return log_z.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        args, ps, pe, plan, limits, state, has_ps, has_pe = ctx.stash
+        marg = triton_launchers().launch_backward(*args, ps, pe, plan=plan, state=state, masks=limits)
+        return masked_input_grads(ctx, args[0], grad, marg, has_ps, has_pe)
+
+
+class _NumbaMaskedLogZ(torch.autograd.Function):
+    """log Z of the allowed segmentations on the compiled CPU engine (its forward and backward
+    with segment limits)."""
+
+    @staticmethod
+    def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, limits):
+        args, ps, pe = _detached(inp)
+        log_z, ring, interval, norms = numba_engine().semi_crf_streaming_forward_numba(*args, "log", ps, pe,
+                                                                                      masks=limits)
+        ctx.stash = (args, ps, pe, limits, (log_z, ring, interval, norms), proj_start is not None,
+                     proj_end is not None)
+        return log_z.to(inp.cum_scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        args, ps, pe, limits, state, has_ps, has_pe = ctx.stash
+        need_params = bool(ctx.needs_input_grad[1] or ctx.needs_input_grad[2])
+        marg = numba_engine().semi_crf_streaming_backward_numba(*args, *state, ps, pe, need_parameter_grads=need_params,
+                                                                masks=limits)
+        return masked_input_grads(ctx, args[0], grad, marg, has_ps, has_pe)

@@ -53,7 +53,9 @@ from torch import nn
 
 from torch_semimarkov.core.gold import segments_to_starts
 from torch_semimarkov.scores import cumulative_scores
-from torch_semimarkov.streaming.autograd import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
+from torch_semimarkov.api.marginals import semi_crf_streaming_marginals
+from torch_semimarkov.api.partition import semi_crf_streaming_forward
+from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
 from torch_semimarkov.genomics.ghmm import COMPONENTS, GHMM, GHMMFeatures
 from torch_semimarkov.genomics.records import Gene
 

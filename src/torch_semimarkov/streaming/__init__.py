@@ -1,4 +1,4 @@
-"""Streaming semi-CRF inference: O(K·C) forward state, checkpointed hand-written backward.
+"""The streaming semi-CRF functions under their historical module name (a face of :mod:`torch_semimarkov.api`).
 
 Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
 :func:`semi_crf_streaming_viterbi` (best segmentations), :func:`semi_crf_streaming_marginals`
@@ -6,32 +6,28 @@ Public functions: :func:`semi_crf_streaming_forward` (log Z or Viterbi score),
 :func:`semi_crf_streaming_sample` (exact samples) and :func:`semi_crf_streaming_entropy`. See ``docs/internals.md`` for the algorithm.
 """
 
-from torch_semimarkov.streaming.autograd import (
-    MarginalsResult,
-    ViterbiResult,
+from torch_semimarkov.api import (
+    semi_crf_streaming_entropy,
     semi_crf_streaming_forward,
     semi_crf_streaming_marginals,
+    semi_crf_streaming_sample,
+    semi_crf_streaming_topk,
     semi_crf_streaming_viterbi,
 )
+from torch_semimarkov.core.constants import NEG_INF
+from torch_semimarkov.core.results import MarginalsResult, SegmentationSamples, TopKResult, ViterbiResult
+from torch_semimarkov.core.segments import Segment, labels_to_segments, segments_to_labels
+from torch_semimarkov.core.validation import validate_streaming_inputs
 from torch_semimarkov.engines.interface import NumbaEngine as SemiCRFStreamingNumba
 from torch_semimarkov.engines.interface import TorchEngine as SemiCRFStreaming
 from torch_semimarkov.engines.interface import TritonEngine as SemiCRFStreamingTriton
-from torch_semimarkov.engines.select import BACKENDS, numba_available, triton_available
-from torch_semimarkov.streaming.distribution import (
-    SegmentationSamples,
-    TopKResult,
-    semi_crf_streaming_entropy,
-    semi_crf_streaming_sample,
-    semi_crf_streaming_topk,
-)
-from torch_semimarkov.core.constants import NEG_INF
+from torch_semimarkov.engines.available import numba_available, triton_available
+from torch_semimarkov.engines.select import BACKENDS
 from torch_semimarkov.engines.torch.reference import (
     semi_crf_streaming_backward_pytorch,
     semi_crf_streaming_forward_pytorch,
     semi_crf_streaming_viterbi_pytorch,
 )
-from torch_semimarkov.core.segments import Segment, labels_to_segments, segments_to_labels
-from torch_semimarkov.core.validation import validate_streaming_inputs
 
 __all__ = [
     "BACKENDS",
