@@ -17,6 +17,62 @@ if not torch.cuda.is_available():
     # when a kernel is decorated: choose it before any test module imports the kernel modules.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def _skip_nested_interpreter_patching() -> None:
+    """Triton's interpreter (3.9) re-patches ``triton.language`` with ``inspect.getmembers`` on every
+    call of a ``@triton.jit`` helper from inside a kernel, although the kernel's launch has already
+    patched those modules (and restores them when it returns): most of the kernel tests'
+    time. Skip that repeat while a launch that patched the same modules runs; anything not yet
+    patched is patched as before, and an unpatched builtin would raise, not pass silently.
+    ``TSM_INTERPRETER_REPATCH=1`` turns this off."""
+    import inspect
+
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return
+    if not all(hasattr(interp, n) for n in ("GridExecutor", "InterpretedFunction", "_patch_lang", "InterpreterError")):
+        return
+    active: list = []  # per running launch: ids of the language modules patched
+    langs: dict = {}
+
+    def langs_of(fn):
+        key = id(fn)
+        if key not in langs:
+            langs[key] = frozenset(id(v) for v in fn.__globals__.values()
+                                   if inspect.ismodule(v) and v in (tl, tl.core))
+        return langs[key]
+
+    grid_call = interp.GridExecutor.__call__
+
+    def launch(self, *args, **kwargs):
+        active.append(set(langs_of(self.fn)))
+        try:
+            return grid_call(self, *args, **kwargs)
+        finally:
+            active.pop()
+
+    def device_call(self, *args, **kwargs):
+        need = langs_of(self.fn)
+        if not (active and need <= active[-1]):
+            interp._patch_lang(self.fn)
+            if active:
+                active[-1] |= need
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise interp.InterpreterError(repr(e)) from e
+
+    interp.GridExecutor.__call__ = launch
+    interp.InterpretedFunction.__call__ = device_call
+
+
+if os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("TSM_INTERPRETER_REPATCH", "") in ("", "0"):
+    _skip_nested_interpreter_patching()
+
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one pytest-xdist worker per core: torch's intra-op threads would only oversubscribe them
     torch.set_num_threads(1)
