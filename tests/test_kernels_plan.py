@@ -56,3 +56,20 @@ def test_rings_too_large_for_registers_run_the_blocked_engine():
 def test_chunks_are_long_against_k():
     p = make_plan(4, 100_000, 1000, 8)
     assert p.time_parallel and p.chunk >= 4000 and p.num_warps == 8
+
+
+@pytest.mark.parametrize("B,T,K,C", [(1024, 1000, 100, 24), (4096, 300, 64, 16), (8, 256, 16, 8),
+                                     (1, 100000, 64, 24), (2, 3000, 300, 40), (512, 2000, 960, 47)])
+def test_masked_plans_are_plans_the_masked_kernels_take(B, T, K, C):
+    # a large batch once got the sequential memory-ring plan (few warps), which the masked kernels
+    # refuse: the masked call then raised instead of running on one register-ring chunk
+    from torch_semimarkov.engines.triton.launch import _check_masked
+    from torch_semimarkov.engines.triton.plan import masked_plan
+
+    for blocked in (False, True):
+        plan = masked_plan(B, T, K, C, blocked=blocked)
+        if plan is None:
+            assert not blocked  # only a ring too large for registers, and only off the blocked engine
+            continue
+        _check_masked(plan, masks=object())
+        assert plan.time_parallel and plan.kind in ("reg", "mem")

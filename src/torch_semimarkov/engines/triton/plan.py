@@ -287,9 +287,10 @@ def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device
         p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
     except ValueError:
         return None
-    if p.kind == "mem":
+    if p.kind == "mem" and p.time_parallel:  # the blocked engine: a ring too large for registers
         return p if blocked else None
     if p.time_parallel:
         return p
+    # one chunk on the register ring (the sequential kernels, "mem" at few warps included, take no masks)
     warps = ring_warps(p.k_pad, p.c_pad)
     return dataclasses.replace(p, kind="reg", time_parallel=True, chunk=max(T, 1), n_chunks=1, num_warps=warps)
