@@ -1,16 +1,26 @@
 """Shared test helpers: one tolerance helper keyed by dtype, input factories, readable ids.
 
-Import the helpers with ``from conftest import assert_close, make_inputs, case_id``.
+Import the helpers with ``from conftest import assert_close, make_inputs, case_id``. The tests
+mirror the package's layers (``core/``, ``engines/{torch,numba,triton}/``, ``api/``, ``nn/``,
+``genomics/``, ``integration/``); every folder is on ``sys.path``, so a test imports another's
+helpers (``from test_distribution import _check_topk``, ``from kernel_cases import ...``) wherever
+it lives.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
 import pytest
 import torch
+
+for _folder in sorted(p for p in Path(__file__).parent.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 if not torch.cuda.is_available():
     # Without a GPU the Triton kernels can only run in Triton's interpreter, and the mode is fixed

@@ -108,25 +108,40 @@ class Engine:
         return scale_grads(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
 
 
-class TorchEngine(Engine):
+class _RingEngine(Engine):
+    """The CPU-style engines (PyTorch, numba): the forward keeps its ring of the last K rows and
+    checkpoints (``state = (ring, norms)``, ``extra`` = the checkpoint interval); the backward
+    recomputes between checkpoints."""
+
+    @classmethod
+    def forward(cls, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
+        partition, ring, interval, norms = cls._forward_fn()(
+            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
+        )
+        return partition, (ring, norms), interval
+
+    @classmethod
+    def backward(cls, cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
+                 need_parameter_grads=True):
+        ring, norms = state
+        return cls._backward_fn()(cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms,
+                                  proj_start, proj_end, need_parameter_grads=need_parameter_grads)
+
+
+class TorchEngine(_RingEngine):
     """The streaming PyTorch path (any device; the reference of the other two)."""
 
     backend = "PyTorch"
 
     @staticmethod
-    def forward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        partition, ring, interval, norms = semi_crf_streaming_forward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
-        )
-        return partition, (ring, norms), interval
+    def _forward_fn():
+        return semi_crf_streaming_forward_pytorch
 
     @staticmethod
-    def backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
-                 need_parameter_grads=True):
-        ring, norms = state
-        return semi_crf_streaming_backward_pytorch(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end
-        )
+    def _backward_fn():
+        def backward(*args, need_parameter_grads=True):  # it always computes the parameter gradients
+            return semi_crf_streaming_backward_pytorch(*args)
+        return backward
 
     @staticmethod
     def score(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, semiring, options):
@@ -215,7 +230,7 @@ class TritonEngine(Engine):
             return launch.launch_viterbi(*args, ps, pe, plan=plan, masks=limits)
 
 
-class NumbaEngine(Engine):
+class NumbaEngine(_RingEngine):
     """The compiled CPU engine (numba, CPU tensors, float64 inside)."""
 
     backend = "numba"
@@ -225,20 +240,12 @@ class NumbaEngine(Engine):
         return numba_engine().scale_gradients(cum_scores, need, grad_output, p_start, p_end, g_tr, g_db)
 
     @staticmethod
-    def forward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
-        partition, ring, interval, norms = numba_engine().semi_crf_streaming_forward_numba(
-            cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end, options.checkpoint_interval
-        )
-        return partition, (ring, norms), interval
+    def _forward_fn():
+        return numba_engine().semi_crf_streaming_forward_numba
 
     @staticmethod
-    def backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, log_z, state, interval,
-                 need_parameter_grads=True):
-        ring, norms = state
-        return numba_engine().semi_crf_streaming_backward_numba(
-            cum_scores, transition, duration_bias, lengths, K, log_z, ring, interval, norms, proj_start, proj_end,
-            need_parameter_grads=need_parameter_grads,
-        )
+    def _backward_fn():
+        return numba_engine().semi_crf_streaming_backward_numba
 
     @staticmethod
     def score(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, semiring, options):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_ddp.py"
 TINY = ["--length", "200", "--batch-size", "2", "--steps", "2", "--warmup", "1", "--max-duration", "8", "--hidden", "8"]
 

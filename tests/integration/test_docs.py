@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_docs_build_without_warnings(tmp_path):

@@ -14,7 +14,7 @@ from torch_semimarkov import demo
 
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_demo_tiny_in_process(tmp_path, capsys):

@@ -26,7 +26,7 @@ from torch_semimarkov.genomics.gff import read_cds, write_gff3
 from torch_semimarkov.genomics.labels import CodonLabels
 from torch_semimarkov.genomics.records import STOP_CODONS, Exon, Gene, GenomicRecord
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PREDICT = os.path.join(ROOT, "examples", "gene_finding", "predict.py")
 COMP = str.maketrans("ACGT", "TGCA")
 SENSE = [a + b + c for a in "ACGT" for b in "ACGT" for c in "ACGT" if a + b + c not in STOP_CODONS and a + b + c != "ATG"]

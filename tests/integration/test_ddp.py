@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available")

@@ -10,7 +10,7 @@ A block that cannot run on every machine is marked on the line right before its 
 
 It runs where its need is met and is skipped elsewhere; the skipped blocks are reported (a warning
 per file) and counted, and ``MAX_SKIP_MARKERS`` keeps them rare. Bash blocks are not run here
-(``tests/test_readme.py`` checks the README's two commands).
+(``tests/integration/test_readme.py`` checks the README's two commands).
 """
 
 import pathlib
@@ -22,7 +22,7 @@ import torch
 
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 
 #: What a skip marker may say, and whether that need is met on this machine.

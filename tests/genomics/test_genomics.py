@@ -26,7 +26,7 @@ from torch_semimarkov.genomics.records import (
     STOP_CODONS, Exon, Gene, GenomicRecord, encode_dna, signal_violations, stop_codon_tracks,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "gene_finding")
 SENSE = [a + b + c for a in "ACGT" for b in "ACGT" for c in "ACGT" if a + b + c not in STOP_CODONS]
 COMP = str.maketrans("ACGT", "TGCA")

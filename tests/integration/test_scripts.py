@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_script(name, *args, timeout=240):

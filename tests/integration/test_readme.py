@@ -7,7 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.integration  # a subprocess, a build or a run of the docs' code
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_quick_start_runs():

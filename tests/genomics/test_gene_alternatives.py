@@ -26,7 +26,7 @@ from test_genomics_gff import SENSE, find_gt, gt_validate, parse, problems
 from torch_semimarkov.genomics.gff import Alternative, read_cds, write_gff3
 from torch_semimarkov.genomics.records import Exon, Gene
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "gene_finding")
 
 
