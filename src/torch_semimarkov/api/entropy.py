@@ -95,7 +95,7 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
 
 
 class _EngineEntropy(torch.autograd.Function):
-    """The entropy and its gradient on the engine (``kernels/entropy.py``): the forward runs
+    """The entropy and its gradient on the engine (``engines/triton/entropy.py``): the forward runs
     everything (the gradient is a by-product of the same passes) and keeps the weighted
     marginals; the backward scales them."""
 
@@ -183,7 +183,7 @@ def semi_crf_streaming_entropy(
     cumulative scores of 1e6 cost no precision). CUDA tensors with a (C, C) transition take the
     engine's float32 kernels. Without a gradient (or under ``torch.no_grad()``: uncertainty for
     active learning, monitoring) one forward + backward, ``E[score]`` from its marginals (about
-    the accuracy of the engine's log Z); with one, the entropy engine (``kernels/entropy.py``: prefix and suffix entropy
+    the accuracy of the engine's log Z); with one, the entropy engine (``engines/triton/entropy.py``: prefix and suffix entropy
     recurrences, then weighted marginals). Elsewhere ((K, C, C) transitions on CUDA, rings too
     large for registers, ``backend="torch"``, the CPU without numba) the float64
     expectation-semiring recurrences (dense kernels on CUDA, PyTorch on the CPU).

@@ -18,7 +18,7 @@ from torch_semimarkov.engines.torch.dense import _Model, _NEG, dense_topk
 
 
 def _topk_on_engine(inp: StreamingInputs, k: int) -> Optional["TopKResult"]:
-    """The k best segmentations by sidetracks over the engine's Viterbi (:mod:`.kbest`), with
+    """The k best segmentations by sidetracks over the engine's Viterbi (:mod:`torch_semimarkov.engines.triton.topk`), with
     scores recomputed exactly from the segments; None where the engine cannot run."""
     from torch_semimarkov.engines.triton.topk import topk_on_engine
     out = topk_on_engine(inp, k)

@@ -33,7 +33,7 @@ def _block_scan(x: torch.Tensor, K: int, fill: int, reverse: bool) -> torch.Tens
 
 def segment_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, device):
     """The masks as per-(position, label) limits of the allowed segments (the PyTorch path's
-    form; the engine's kernels read the same limits from :func:`~.kernels.limits.engine_limits`,
+    form; the engine's kernels read the same limits from :func:`~torch_semimarkov.engines.triton.limits.engine_limits`,
     one kernel with per-position flags): a segment ``[s, e)`` of label c with ``e - s <= K`` is allowed iff
     ``min_start[e, c] <= s`` (equivalently ``e <= max_end[s, c]``) and ``s`` is not a forbidden
     start. (The limits are exact within K positions of their index; farther values only ever

@@ -137,7 +137,7 @@ def engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: st
     """``(plan, (min_start, max_end, flags), proj_start)`` of a constrained call on the engine
     (CUDA tensors, a (C, C) transition; a ring too large for registers runs the blocked engine
     unless ``blocked=False``), or None (the PyTorch path). The limits and flags come from one
-    kernel (``kernels/limits.py``); forbidden starts are one of the flags."""
+    kernel (``engines/triton/limits.py``); forbidden starts are one of the flags."""
     if (lm is None and bm is None) or engine == "no" or not engine_takes(inp):
         return None
     from torch_semimarkov.engines.triton.limits import engine_limits
@@ -159,7 +159,7 @@ def engine_takes(inp: StreamingInputs) -> bool:
 
 
 def engine_samples(inp: StreamingInputs, lm, bm) -> bool:
-    """Sampling runs on the engine (its forward, then the chunked walk of ``kernels/traceback.py``)
+    """Sampling runs on the engine (its forward, then the chunked walk of ``engines/triton/traceback.py``)
     without masks; elsewhere on the PyTorch path."""
     return lm is None and bm is None and engine_takes(inp)
 

@@ -167,7 +167,7 @@ class _Model:
 
     @property
     def use_kernels(self) -> bool:
-        """CUDA tensors run the recurrences as Triton kernels (kernels/dense.py)."""
+        """CUDA tensors run the recurrences as Triton kernels (engines/triton/dense.py)."""
         return self.device.type == "cuda" and _dense_kernels() is not None
 
     def alpha(self) -> torch.Tensor:

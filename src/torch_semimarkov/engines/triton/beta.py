@@ -38,7 +38,7 @@ if HAS_TRITON:
         beta_hat_{s+1}. Returns the new state and ``(y, G_t, lse)``: Y_hat_{s+1} in frame ``G_t``
         and ``lse_s = LSE_k D[k-1] + Y_{s+k} + S_{s+k} - S_s`` in that frame.
 
-        HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``me`` (C_PAD,)
+        HAS_MASK: ``fl`` is the flag byte of position s (``limits.py``) and ``me`` (C_PAD,)
         int32 the largest allowed end of a segment starting at s, per label. The limit only shrinks as s goes
         down, so the ring entries it excludes are dropped once, when it moves; a forbidden start
         s makes lse_s impossible (as an impossible ``proj_start`` would).
@@ -194,7 +194,7 @@ if HAS_TRITON:
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
-        fl_ptr=None,  # (B, T+1) int8: flags of the masks (kernels/limits.py) (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)

@@ -380,7 +380,7 @@ if HAS_TRITON:
         HAS_PE: tl.constexpr,
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
-        lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of kernels/limits.py (HAS_MASK)
+        lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of limits.py (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):

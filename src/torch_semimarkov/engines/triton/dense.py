@@ -1,4 +1,4 @@
-"""Triton kernels of the dense recurrences of ``streaming/distribution.py`` (k-best, samples,
+"""Triton kernels of the dense recurrences of ``engines/torch/dense.py`` (k-best, samples,
 entropy, masks): one program per sequence walks its positions, forming the (K, C+1, C) edges of
 one position in tiles of ``K_BLK`` durations and never storing them.
 

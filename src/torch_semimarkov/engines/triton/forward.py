@@ -67,7 +67,7 @@ if HAS_TRITON:
         Returns the new state and ``(u, F_s, packed)``: U_hat_{t-1} in frame ``F_s`` (the frame of
         alpha_hat_{t-1}) and, in the max semiring, the packed backpointer of position t.
 
-        HAS_MASK: ``fl`` is the flag byte of position s (``kernels/limits.py``) and ``ms`` (C_PAD,)
+        HAS_MASK: ``fl`` is the flag byte of position s (``limits.py``) and ``ms`` (C_PAD,)
         int32 the smallest allowed start of a segment ending at t, per label. The limit only grows with t, so the ring entries it
         excludes are dropped once, when it moves; a forbidden start s makes U_s impossible (as
         an impossible ``proj_start`` would).
@@ -268,7 +268,7 @@ if HAS_TRITON:
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
         ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
-        fl_ptr=None,  # (B, T+1) int8: flags of the masks (kernels/limits.py) (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)

@@ -1,5 +1,5 @@
 """The k smallest-deficit in-edges of every node, for the engine's k-best lists
-(``streaming/kbest.py``): two kernels, parallel over positions (no recurrence).
+(``engines/triton/topk.py``): two kernels, parallel over positions (no recurrence).
 
 For node (t, c) an in-edge is the segment ``[t - k, t)`` of label c after the j-th best
 predecessor label of position ``s = t - k``: ``V[s, j, c]``, the j-th largest
@@ -18,7 +18,7 @@ E[t, c])`` with ``W = V - S_s + ps_s`` and ``E = S_t + pe_{t-1}``; the backpoint
 The in-edges kernel keeps "the n smallest of a stream" with :func:`_keep_smallest` (an entering
 candidate replaces the buffer's worst entry) and emits them in order with :func:`_pop_smallest`.
 Ties go to the smaller index (``c'`` for ``V``; ``(k - 1)·KK + j`` for the in-edges, the order in
-which the candidates are seen), as the stable sorts of the PyTorch blocks in ``streaming/kbest.py``.
+which the candidates are seen), as the stable sorts of the PyTorch blocks in ``engines/triton/topk.py``.
 Positions are the first grid axis (up to 2^31 - 1 programs; the second allows 65535).
 """
 

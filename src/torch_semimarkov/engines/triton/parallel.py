@@ -93,7 +93,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
     (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
-    of a constrained call ((C, C) transitions only; see ``kernels/limits.py``).
+    of a constrained call ((C, C) transitions only; see ``limits.py``).
     """
     from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
@@ -187,7 +187,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     in the layouts of the register-ring chunk kernels: forward ``(saved (2, B, T+1, C), frames,
     bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
     kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``.
-    ``masks``: ``(min_start, max_end, flags)`` of a constrained call (``kernels/limits.py``)."""
+    ``masks``: ``(min_start, max_end, flags)`` of a constrained call (``limits.py``)."""
     from torch_semimarkov.engines.triton.blocked import _blk_chunks_kernel
 
     B, T1, C = cum_scores.shape
@@ -213,7 +213,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         TOL=float(tol),
     )
     if masks is not None:
-        # the segment limits of kernels/limits.py: min_start for the forward, max_end for beta
+        # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,

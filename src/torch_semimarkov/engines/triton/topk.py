@@ -35,7 +35,7 @@ from torch_semimarkov.core.validation import StreamingInputs
 #: A deficit at least this large marks an edge that does not exist (an impossible score).
 _NO_EDGE = 1e25
 
-#: Select the in-edges with the Triton kernels (``kernels/kbest.py``); False: the PyTorch blocks of
+#: Select the in-edges with the Triton kernels (``kbest.py``); False: the PyTorch blocks of
 #: :func:`_best_in_edges` (the kernels' reference).
 SELECTION_KERNEL = True
 
@@ -55,7 +55,7 @@ def _best_in_edges(inp: StreamingInputs, alpha, bp, k: int, use_kernel: Optional
     Returns ``(delta (B, T+1, C, k) float64, dur (B, T+1, C, k) int64, prev (B, T+1, C, k) int64)``:
     an in-edge of node (t, c) is the segment ``[t - dur, t)`` of label c after a segment of label
     ``prev`` (C: the sequence starts there); ``delta`` is +inf where fewer edges exist.
-    ``use_kernel``: the selection by ``kernels/kbest.py`` (tested under the interpreter against
+    ``use_kernel``: the selection by ``kbest.py`` (tested under the interpreter against
     these PyTorch blocks); None (default): the kernel when :data:`SELECTION_KERNEL`."""
     B, T1, C = alpha.shape
     T, K = T1 - 1, inp.K
