@@ -95,9 +95,10 @@ from torch_semimarkov.core.segments import Segment
 #: runs a covering subset and the other combinations, marked ``gpu_full``, are deselected.
 FULL_KERNEL_PRODUCT = torch.cuda.is_available() or os.environ.get("TSM_FULL_INTERPRETER", "") not in ("", "0")
 
-#: Fixtures whose parameters choose a kernel path (ring layout, engine, blocked tiles, chunking):
+#: Fixtures whose parameters choose a kernel path (ring layout, engine, blocked tiles, chunking;
+#: ``engine_calls`` / ``grad_engine`` also record whether a call took the engine):
 #: the axes of the product that :func:`covering_subset` thins out on the interpreter.
-PATH_FIXTURES = ("ring", "engine", "grad_engine", "blocked")
+PATH_FIXTURES = ("ring", "engine", "engine_calls", "grad_engine", "blocked")
 
 def _cpu_backends():
     from torch_semimarkov.streaming import numba_available

@@ -21,7 +21,7 @@ F64 = torch.float64
 
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
-def engine(request, monkeypatch):
+def engine_calls(request, monkeypatch):
     return recording_engine(monkeypatch, request.param, entropy_mod, "_entropy_on_engine")
 
 
@@ -34,7 +34,7 @@ def _entropy(scores):
 
 @pytest.mark.parametrize("proj,forbid,masked", [(False, False, False), (True, True, False), (True, False, True),
                                                 (False, True, True)])
-def test_engine_entropy_equals_the_enumeration(engine, proj, forbid, masked):
+def test_engine_entropy_equals_the_enumeration(engine_calls, proj, forbid, masked):
     ref, run = _inputs(21, proj=proj, forbid=forbid)
     B, T1, C = ref["cum_scores"].shape
     lm, bm = _masks(22, B, T1 - 1, C) if masked else (torch.ones(B, T1 - 1, C, dtype=torch.bool),
@@ -42,19 +42,19 @@ def test_engine_entropy_equals_the_enumeration(engine, proj, forbid, masked):
     masks = dict(label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE)) if masked else {}
     with torch.no_grad():
         H = semi_crf_streaming_entropy(**run, **masks)
-    assert engine == [True], "the entropy did not run on the engine"
+    assert engine_calls == [True], "the entropy did not run on the engine"
     want = torch.stack([_entropy(s) for _, s in _restricted(ref, lm, bm)])
     torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
 
 
-def test_engine_entropy_only_without_gradients(engine):
+def test_engine_entropy_only_without_gradients(engine_calls):
     """With an input that requires a gradient the call takes the differentiable float64 path."""
     ref, run = _inputs(23)
     H = semi_crf_streaming_entropy(**run)
-    assert engine == [] and H.requires_grad
+    assert engine_calls == [] and H.requires_grad
     with torch.no_grad():
         H2 = semi_crf_streaming_entropy(**run)
-    assert engine == [True]
+    assert engine_calls == [True]
     torch.testing.assert_close(H2, H.detach(), atol=2e-4, rtol=1e-5)
 
 

@@ -23,7 +23,7 @@ F64 = torch.float64
 
 
 @pytest.fixture(params=[3, 1000, "blocked"], ids=["chunks", "one-chunk", "blocked"])
-def engine(request, monkeypatch):
+def engine_calls(request, monkeypatch):
     """The register-ring engine with chunks of 3 or one chunk, and the blocked engine (rings too
     large for registers, forced here with small tiles and chunks of 3)."""
     if request.param == "blocked":
@@ -81,7 +81,7 @@ def _params(d):
 
 
 @pytest.mark.parametrize("proj,forbid", [(False, False), (True, False), (True, True)])
-def test_engine_masked_log_partition_and_gradients(engine, proj, forbid):
+def test_engine_masked_log_partition_and_gradients(engine_calls, proj, forbid):
     ref, run = _inputs(1, proj=proj, forbid=forbid)
     B, T1, C = ref["cum_scores"].shape
     lm, bm = _masks(2, B, T1 - 1, C)
@@ -89,7 +89,7 @@ def test_engine_masked_log_partition_and_gradients(engine, proj, forbid):
         for t in _params(d):
             t.requires_grad_()
     log_z = semi_crf_streaming_forward(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    assert engine and all(engine), "the masked call did not go to the engine"
+    assert engine_calls and all(engine_calls), "the masked call did not go to the engine"
     want = torch.stack([torch.logsumexp(s, 0) if len(s) else torch.tensor(-math.inf, dtype=F64)
                         for _, s in _restricted(ref, lm, bm)])
     ok = torch.isfinite(want)
@@ -103,7 +103,7 @@ def test_engine_masked_log_partition_and_gradients(engine, proj, forbid):
         torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
 
 
-def test_engine_masked_viterbi_and_marginals(engine):
+def test_engine_masked_viterbi_and_marginals(engine_calls):
     ref, run = _inputs(5, proj=True)
     B, T1, C = ref["cum_scores"].shape
     T = T1 - 1
@@ -111,7 +111,7 @@ def test_engine_masked_viterbi_and_marginals(engine):
     with torch.no_grad():
         v = semi_crf_streaming_viterbi(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
         m = semi_crf_streaming_marginals(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    assert len(engine) >= 2 and all(engine)
+    assert len(engine_calls) >= 2 and all(engine_calls)
     for b, (segs, scores) in enumerate(_restricted(ref, lm, bm)):
         if not segs:
             assert cpu(v.scores)[b] == -math.inf and (cpu(v.labels)[b] == -1).all()
@@ -131,7 +131,7 @@ def test_engine_masked_viterbi_and_marginals(engine):
         torch.testing.assert_close(cpu(m.end[b]).double(), end, atol=1e-5, rtol=0)
 
 
-def test_engine_all_true_masks_equal_the_unmasked_engine(engine):
+def test_engine_all_true_masks_equal_the_unmasked_engine(engine_calls):
     ref, run = _inputs(3, proj=True)
     B, T1, C = ref["cum_scores"].shape
     lm = torch.ones(B, T1 - 1, C, dtype=torch.bool, device=DEVICE)
@@ -143,7 +143,7 @@ def test_engine_all_true_masks_equal_the_unmasked_engine(engine):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_engine_mask_that_allows_nothing(engine):
+def test_engine_mask_that_allows_nothing(engine_calls):
     ref, run = _inputs(4)
     B, T1, C = ref["cum_scores"].shape
     lm = torch.ones(B, T1 - 1, C, dtype=torch.bool)
@@ -279,7 +279,7 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     torch.testing.assert_close(cpu(v.scores).double(), best.double(), atol=2e-4, rtol=1e-5)
 
 
-def test_engine_masked_best_score_and_its_gradient(engine):
+def test_engine_masked_best_score_and_its_gradient(engine_calls):
     """semiring="max" with masks: the best allowed score (the engine's masked Viterbi) and its
     gradient, the indicator of the best allowed segmentation's terms."""
     ref, run = _inputs(12, proj=True)
@@ -288,7 +288,7 @@ def test_engine_masked_best_score_and_its_gradient(engine):
     for t in _params(ref):
         t.requires_grad_()
     best = semi_crf_streaming_forward(**run, semiring="max", label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    assert engine and all(engine)
+    assert engine_calls and all(engine_calls)
     want = torch.stack([s.max() if len(s) else torch.tensor(-math.inf, dtype=F64) for _, s in _restricted(ref, lm, bm)])
     ok = torch.isfinite(want)
     assert ok.any() and torch.equal(torch.isfinite(cpu(best)), ok)

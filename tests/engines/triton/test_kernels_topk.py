@@ -21,24 +21,24 @@ F64 = torch.float64
 
 
 @pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
-def engine(request, monkeypatch):
+def engine_calls(request, monkeypatch):
     return recording_engine(monkeypatch, request.param, topk_mod, "_topk_on_engine")
 
 
 @pytest.mark.parametrize("proj,forbid,k", [(False, False, 5), (True, False, 5), (True, True, 7), (False, False, 24)])
-def test_engine_topk_equals_the_sorted_enumeration(engine, proj, forbid, k):
+def test_engine_topk_equals_the_sorted_enumeration(engine_calls, proj, forbid, k):
     ref, run = _inputs(31, proj=proj, forbid=forbid)
     ref = {kk: (v.detach() if isinstance(v, torch.Tensor) else v) for kk, v in ref.items()}
     run = {kk: (v.detach() if isinstance(v, torch.Tensor) else v) for kk, v in run.items()}
     B, T1, C = ref["cum_scores"].shape
     got = semi_crf_streaming_topk(**run, k=k)
-    assert engine == [True], "top-k did not run on the engine"
+    assert engine_calls == [True], "top-k did not run on the engine"
     every = _restricted(ref, torch.ones(B, T1 - 1, C, dtype=torch.bool), torch.zeros(B, T1 - 1, dtype=torch.long))
     # run holds float32 copies of the inputs: the exact scores of those, to float32 rounding
     _check_topk(got, every, k, tol=1e-5, gap=1e-4)
 
 
-def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
+def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine_calls):
     """T = 40, ragged, projections, a forbidden transition: rank 0 is the engine's Viterbi, and the
     list equals the float64 path's."""
     g = torch.Generator().manual_seed(32)
@@ -51,7 +51,7 @@ def test_engine_topk_rank0_is_viterbi_and_matches_the_pytorch_path(engine):
                 proj_end=torch.randn(B, T, C, generator=g, dtype=F64))
     run = {kk: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for kk, v in args.items()}
     got = semi_crf_streaming_topk(**run, k=6)
-    assert engine == [True]
+    assert engine_calls == [True]
     select.ENGINE_ON_CPU = False  # the fixture's monkeypatch restores it
     want = semi_crf_streaming_topk(**args, k=6)
     select.ENGINE_ON_CPU = True
