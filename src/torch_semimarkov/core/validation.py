@@ -41,11 +41,6 @@ class StreamingInputs:
     boundary_mask: Optional[torch.Tensor] = None  # (B, T) int8 or None
 
     @property
-    def masked(self) -> bool:
-        """Whether partial labels constrain the segmentations (``label_mask`` or ``boundary_mask``)."""
-        return self.label_mask is not None or self.boundary_mask is not None
-
-    @property
     def batch(self) -> int:
         return self.cum_scores.shape[0]
 
