@@ -151,7 +151,7 @@ def main():
         p = torch.randn(B, T, C).double() if proj else None
         in_edges(a, a.clone(), p, p, torch.randn(C, C).double(), torch.randn(K, C).double(),
                  torch.zeros(B, T + 1, C, dtype=torch.int32), torch.full((B,), T), K, k)
-    # the dense recurrences of streaming/distribution.py (k-best, samples, entropy, masks)
+    # the dense recurrences of engines/torch/dense.py (k-best, samples, entropy, masks)
     from torch_semimarkov.streaming import distribution as dist
     from torch_semimarkov.engines.triton.dense import run_dense
     for B, T, K, C, kcc, masked in [(2, 50, 12, 6, False, False), (2, 50, 100, 24, True, True)]:

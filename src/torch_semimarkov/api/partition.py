@@ -75,7 +75,7 @@ def semi_crf_streaming_forward(
         boundary_mask: optional (B, T) integer: -1 no segment starts at t, 0 free, 1 a segment
             starts at t. With either mask the computation runs on the compiled engine's kernels
             (CPU: numba; CUDA: Triton, a (C, C) transition) or else the PyTorch path of
-            :mod:`torch_semimarkov.streaming.distribution` (any device, a Python loop over T).
+            :mod:`torch_semimarkov.engines.torch.dense` (any device, a Python loop over T).
 
     The engine runs as the operator ``torch.ops.torch_semimarkov.forward`` (with a registered
     backward), so ``torch.compile`` and ``torch.export`` see one opaque node (docs/guide.md).

@@ -1,5 +1,5 @@
 """The entropy and the cross-entropy term ``E_p[score_q]`` on the compiled CPU engine (numba), with
-their gradients: the expectation semiring of ``distribution._Entropy``, per sequence, in float64,
+their gradients: the expectation semiring of ``torch_semimarkov.api.entropy._Entropy``, per sequence, in float64,
 in the factored form for a (C, C) transition (below) and in the direct form for a (K, C, C) one
 (:func:`_entropy_seq_direct`: a transition per duration, K (C, C) products per position). Masks
 on p are its segment limits (the windows stop there); masks on q make ``E`` -inf wherever p
@@ -18,7 +18,7 @@ and backward the same with v_s / EV_s (segments starting at s) and beta_s / Eb_s
 is the expectation of Ea at the end. Every weight of an expectation is exp(x - max x) over the same
 window as its log-sum-exp, so a window costs K·C vectorised exponentials, once per pass.
 
-Gradients (``dH = -d E_p[score_p]`` up to log Z's own, see ``distribution._edge_gradients``): every
+Gradients (``dH = -d E_p[score_p]`` up to log Z's own, see ``engines/torch/dense.py`` ``_edge_gradients``): every
 edge weighs ``mu (cond - E)`` with ``cond = E[score_q | edge]``: for a segment
 ``EW_s + Dq + EX_{s+k}`` (``EX_t = Sq_t + peq_{t-1} + Eb_t``), for a transition at s >= 1
 ``Ea_s(c') + Trq[c', c] + EV_s(c)``; their sums by start and end are

@@ -2,7 +2,7 @@
 
 :func:`topk_numba` runs, per sequence, exactly the recurrence of the float64 PyTorch path of
 :func:`~torch_semimarkov.semi_crf_streaming_topk` on the same padded float64 model
-(:class:`.distribution._Model`: segment scores summed in the same order, masks as the same
+(:class:`torch_semimarkov.engines.torch.dense._Model`: segment scores summed in the same order, masks as the same
 smallest starts, the first segment's phantom predecessor C): each (position, label) keeps its k
 best prefixes. Of the K·(C+1) (duration, predecessor label) pairs, the k with the best first
 entries (ties toward the smaller pair) give the k·k candidates, of which the k best are kept (ties
@@ -388,7 +388,7 @@ def topk_batch(S, ps, pe, D, TrK, tr_abs, factored, sa, ea, min_start, has_min, 
 
 def topk_numba(model, k: int):
     """``(scores (B, k) float64, labels (B, k, T) int64, starts (B, k, T) bool)`` of the k best
-    segmentations of a :class:`.distribution._Model` (CPU tensors): -inf, -1 and False for ranks
+    segmentations of a :class:`torch_semimarkov.engines.torch.dense._Model` (CPU tensors): -inf, -1 and False for ranks
     that do not exist."""
     f = lambda t: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float64)  # noqa: E731
     B, T, C, K = model.B, model.T, model.C, model.K

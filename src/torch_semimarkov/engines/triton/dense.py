@@ -6,7 +6,7 @@ one position in tiles of ``K_BLK`` durations and never storing them.
   prefix score ``Ea`` of the expectation semiring) at every position;
 * :func:`dense_beta_kernel`: backward messages ``beta`` (and, with ``EXPECT``, ``Eb``).
 
-Layout (that of ``distribution._Model``): every per-position tensor has ``P = T + 1 + 2K`` rows,
+Layout (that of ``engines/torch/dense.py`` ``_Model``): every per-position tensor has ``P = T + 1 + 2K`` rows,
 position p at row ``p + K``; messages have C+1 columns, the last being the first segment's
 phantom predecessor. Values run in float64; an impossible value is ``MASK`` (-1e30) or below
 inside the kernels, and the host turns it back into ``-inf``.
@@ -269,7 +269,7 @@ def _pad(n: int) -> int:
 
 
 def run_dense(model, which: str, expect: bool = False, factored_off: bool = False):
-    """Launch the alpha (``which="alpha"``) or beta kernel on a ``distribution._Model`` (the
+    """Launch the alpha (``which="alpha"``) or beta kernel on a ``_Model`` of ``engines/torch/dense.py`` (the
     factored kernels for a (C, C) transition unless ``factored_off``).
 
     Returns the messages (B, P, C+1) with ``-inf`` for impossible values, and with ``expect`` the

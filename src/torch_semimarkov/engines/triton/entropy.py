@@ -777,7 +777,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     Returns:
         ``(H (B,) float64, q_start (B, T, C), q_end (B, T, C), q_tr (B, C, C), q_db (B, K, C))``:
         ``dH/dtheta`` is minus the gradient map of log Z applied to the q's (as
-        :func:`~torch_semimarkov.streaming.autograd._scale_grads` maps the marginals). Sequences
+        :func:`~torch_semimarkov.engines.interface.scale_grads` maps the marginals). Sequences
         with no allowed segmentation: H = 0 and every q 0.
     """
     from torch_semimarkov.engines.torch.reference import feasible, zero_rows
