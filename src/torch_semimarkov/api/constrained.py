@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from torch_semimarkov.core.signature import keyword_options
-from torch_semimarkov.core.validation import debug_checks, validate_streaming_inputs
+from torch_semimarkov.core.validation import debug_checks, streaming_inputs, validate_streaming_inputs
 from torch_semimarkov.engines.select import engine_choice, route
 
 
@@ -35,7 +35,7 @@ def constrained_log_partition(
 
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
     """
-    inp, lm, bm, _ = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                label_mask, boundary_mask, validate, backend, use_triton)
-    where = route(inp, lm, bm, "log", backend, use_triton, masked=True)
-    return where.engine.log_z_masked(inp, where.masks, False)  # values checked above
+    inp = streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
+                           label_mask=label_mask, boundary_mask=boundary_mask)
+    where = route(inp, inp.label_mask, inp.boundary_mask, "log", backend, use_triton, masked=True)
+    return where.engine.log_z_masked(inp, where.masks, validate)

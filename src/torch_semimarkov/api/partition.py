@@ -10,7 +10,6 @@ import torch
 from torch_semimarkov import ops
 from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
 from torch_semimarkov.core.gold import gold_score
-from torch_semimarkov.core.results import ViterbiResult
 from torch_semimarkov.core.signature import keyword_options
 from torch_semimarkov.core.validation import check_num_warps, streaming_inputs, StreamingInputs
 from torch_semimarkov.engines.interface import EngineOptions
@@ -104,14 +103,11 @@ def semi_crf_streaming_forward(
     if where.masks is not None:
         # the best allowed score, differentiable: the score of the best allowed segmentation (its
         # indicator is the gradient); -inf where the masks allow none
-        best = ViterbiResult.from_boundaries(*where.engine.viterbi_masked(inp, where.masks, validate), inp.lengths)
-        starts = torch.zeros_like(best.labels, dtype=torch.bool)
-        rows = torch.repeat_interleave(torch.arange(inp.batch, device=starts.device), best.segment_offsets.diff())
-        starts[rows, best.segment_starts] = True
-        score = gold_score(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, best.labels.clamp(min=0),
+        best, labels, starts = where.engine.viterbi_masked(inp, where.masks, validate)
+        score = gold_score(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, labels.clamp(min=0),
                            starts, inp.proj_start, inp.proj_end)
-        scores = best.scores.to(score.dtype)
-        return torch.where(torch.isfinite(scores), score, scores).to(inp.cum_scores.dtype)
+        best = best.to(score.dtype)
+        return torch.where(torch.isfinite(best), score, best).to(inp.cum_scores.dtype)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     options = EngineOptions(checkpoint_interval, num_warps, time_parallel)
