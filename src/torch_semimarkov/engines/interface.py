@@ -139,9 +139,7 @@ class TorchEngine(_RingEngine):
 
     @staticmethod
     def _backward_fn():
-        def backward(*args, need_parameter_grads=True):  # it always computes the parameter gradients
-            return semi_crf_streaming_backward_pytorch(*args)
-        return backward
+        return semi_crf_streaming_backward_pytorch
 
     @staticmethod
     def score(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, semiring, options):

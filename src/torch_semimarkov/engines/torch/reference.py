@@ -431,6 +431,7 @@ def semi_crf_streaming_backward_pytorch(
     log_norm_checkpoints: torch.Tensor,
     proj_start: Optional[torch.Tensor] = None,
     proj_end: Optional[torch.Tensor] = None,
+    need_parameter_grads: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Streaming backward pass: posterior marginals, which are the gradients of log Z.
 
@@ -442,6 +443,8 @@ def semi_crf_streaming_backward_pytorch(
         cum_scores ... proj_end: as for :func:`semi_crf_streaming_forward_pytorch`.
         log_Z: (B,) log partition from the forward pass.
         ring_checkpoints, checkpoint_interval, log_norm_checkpoints: the forward's checkpoints.
+        need_parameter_grads: accepted as the compiled engine's backward accepts it; this path
+            always returns the parameter gradients.
 
     Returns:
         ``(p_start, p_end, grad_transition, grad_duration_bias)``, not scaled by any upstream
