@@ -132,6 +132,75 @@ def test_blocked_is_deterministic(monkeypatch):
         assert torch.equal(cpu(a), cpu(b))
 
 
+def _underflow_case():
+    """A model whose log Z rests on block sums that underflow in linear space: label 0 may start
+    only at positions 0, 5, 10, ... (elsewhere its start costs 200 nats) but never lasts 5
+    positions, so every segmentation pays a start penalty, and the sum over a block's old rows
+    is about e^-200 of (largest row) x (largest duration factor); label 1 is impossible."""
+    inp = inputs((2, 25, 6, 2, None, "start", False), seed=5)
+    ps = torch.zeros_like(inp["proj_start"])
+    ps[:, torch.arange(ps.shape[1]) % 5 != 0, 0] = -200.0
+    d = torch.zeros(6, 2)
+    d[4, 0] = float("-inf")
+    d[:, 1] = float("-inf")
+    return dict(inp, proj_start=ps, duration_bias=d)
+
+
+def _unit_duration_case():
+    """Durations a label may not take: label 1 only one position long (the GHMM's intergenic
+    pieces), label 2 at least 4 long: block sums that are truly empty, not underflowed."""
+    inp = inputs((3, 30, 6, 4, "ragged", "both", False), seed=6)
+    d = inp["duration_bias"].clone()
+    d[1:, 1] = float("-inf")
+    d[:3, 2] = float("-inf")
+    return dict(inp, duration_bias=d)
+
+
+@pytest.mark.parametrize("make", [_underflow_case, _unit_duration_case], ids=["underflow", "unit-durations"])
+@pytest.mark.parametrize("linear", [True, False], ids=["linear", "log-space"])
+def test_blocked_block_sums_linear_and_log_space(make, linear, monkeypatch):
+    """The log-semiring block sums as linear-space products (``_tile_linear``, the default) and
+    term by term (``BLOCKED_LINEAR = False``) both give the oracle's log Z and the sequential
+    kernels' gradients, also where the linear sums underflow (a tile recomputed in log space:
+    without that recomputation the underflow case's log Z is -inf) or are truly empty."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
+    inp = make()
+    v = validated(inp)
+    p = _plan(v, "log")
+    assert p.linear == linear and p.n_chunks >= 3
+    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                     v.proj_start, v.proj_end, plan=p)
+    assert_close(cpu(z), naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
+    got = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                 v.proj_end, plan=p, state=state)
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
+    seq = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False)
+    _, state2 = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                      v.proj_start, v.proj_end, plan=seq)
+    want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                  v.proj_end, plan=seq, state=state2)
+    for name, g, w in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), got, want):
+        assert_close(cpu(g), cpu(w), atol=2e-5, rtol=1e-5, msg=name)
+
+
+def test_linear_duration_tables():
+    """ED = exp(D - MD) per label, zero where D is impossible, past K and on padded labels; the
+    finite range of each label's durations."""
+    d = torch.tensor([[0.0, float("-inf"), -1.0], [-2.0, float("-inf"), float("-inf")], [-1.0, float("-inf"), 3.0]])
+    p = plan_mod.make_plan(1, 100, 3, 3, time_parallel=None)
+    p = plan_mod.KernelPlan(**{**p.__dict__, "bt": 4, "rb": 2, "c_pad": 4, "K": 3})
+    ed, md, kr = parallel.linear_duration_tables(d.clamp(min=-1e30), p)
+    assert ed.shape == (3 + 4 + 2, 4)
+    assert md.tolist() == [0.0, 0.0, 3.0, 0.0]
+    assert torch.allclose(ed[:3, 0], torch.exp(torch.tensor([0.0, -2.0, -1.0])))
+    assert ed[:, 1].abs().sum() == 0 and ed[3:].abs().sum() == 0 and ed[:, 3].abs().sum() == 0
+    assert torch.allclose(ed[:3, 2], torch.tensor([float(torch.exp(torch.tensor(-4.0))), 0.0, 1.0]))
+    assert kr.tolist() == [[1, 4, 1, 4], [3, 0, 3, 0]]
+
+
 def test_large_rings_plan_the_blocked_engine():
     """Genomics shapes (a ring too large for registers) run parallel over time; a batch that
     fills the GPU alone runs one chunk per sequence; explicit time_parallel=False keeps the

@@ -70,75 +70,142 @@ if HAS_TRITON:
         return v, fr
 
     @triton.jit
-    def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
-                 oi, ob, orr, HAS_IN: tl.constexpr,
+    def _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol, orr,
+                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
+        """The old rows rho = r0 .. r0 + RB - 1 of the block after q0, in the block's frame H with
+        the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
+        rho = r0 + orr
+        if REVERSE:
+            r = q0 + rho
+            ok = (rho < K) & (r <= L)
+        else:
+            r = q0 - rho
+            ok = (rho < K) & (r >= 0)
+        v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE)
+        rp = tl.where(ok, r, 0)
+        sr = tl.load(cum_b + rp[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :], other=0.0)
+        if REVERSE:
+            v = v + (fr - H).to(tl.float32)[:, None] + (sr - s_ref[None, :])
+        else:
+            v = v + (fr - H).to(tl.float32)[:, None] - (sr - s_ref[None, :])
+        return v, rho, r, ok
+
+    @triton.jit
+    def _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, s_ref, C, K, cols,
+                    mcol, orr, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
+                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
+        """Phase A of one label tile in log space, term by term: ``(P (BT, CB), argmax k)``."""
+        run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
+        run_s = tl.zeros([BT, CB], dtype=tl.float32)
+        run_k = tl.zeros([BT, CB], dtype=tl.int32)
+        if HAS_MASK:
+            if REVERSE:
+                qi = q0 - ii
+                limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                               other=2147483647)
+            else:
+                qi = q0 + ii
+                limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
+                               other=0)
+        for r0 in range(0, K, orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
+                                      orr, HAS_IN, REVERSE)
+            # duration k = i + rho of row rho at position i
+            kk = ii[:, None] + rho[None, :]
+            vk = vi[:, None] & ok[None, :] & (kk <= K)
+            m3 = vk[:, :, None] & mcol[None, None, :]
+            if HAS_MASK:
+                if REVERSE:
+                    m3 = m3 & (r[None, :, None] <= limb[:, None, :])
+                else:
+                    m3 = m3 & (r[None, :, None] >= limb[:, None, :])
+            dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
+            x = v[None, :, :] + dv.to(tl.float32)
+            x = tl.where(m3, x, 2 * MASK)
+            bm = tl.max(x, 1)
+            if IS_MAX:
+                bk = tl.min(tl.where(x == bm[:, None, :], kk[:, :, None], 2147483647), 1)
+                upd = bm > run_m
+                run_k = tl.where(upd, bk, run_k)
+                run_m = tl.where(upd, bm, run_m)
+            else:
+                nm = tl.maximum(run_m, bm)
+                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
+                run_m = nm
+        if IS_MAX:
+            p = run_m
+        else:
+            p = tl.where(run_s > 0, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), 2 * MASK)
+        return p, run_k
+
+    @triton.jit
+    def _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, md_ptr, kr_ptr, s_ref, C, K,
+                     cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                     BT: tl.constexpr, REVERSE: tl.constexpr):
+        """Phase A of one label tile (log semiring) as a product in linear space:
+        ``P[i, c] = m_c + MD_c + log sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]`` with
+        ``ED = exp(D - MD_c)`` precomputed (zero past K), ``m_c`` the running maximum of the rows:
+        one multiply-add per term instead of an exponential. Returns ``(P (BT, CB), need)``: need
+        is True when some possible sum fell below 1e-25 (float32 underflow could then lose a
+        dominant term; the caller recomputes the tile term by term). A sum is possible unless
+        no row of the label is finite or no duration of its finite rows lies in the label's
+        finite range [kmin, kmax] of D."""
+        run_m = tl.full([CB], 2 * MASK, tl.float32)
+        acc = tl.zeros([BT, CB], dtype=tl.float32)
+        lo = tl.full([CB], 1 << 30, tl.int32)
+        hi = tl.full([CB], -(1 << 30), tl.int32)
+        for r0 in range(0, K, orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
+                                      orr, HAS_IN, REVERSE)
+            fin = ok[:, None] & (v > -1e29)
+            v = tl.where(ok[:, None], v, 2 * MASK)
+            lo = tl.minimum(lo, tl.min(tl.where(fin, rho[:, None], 1 << 30), 0))
+            hi = tl.maximum(hi, tl.max(tl.where(fin, rho[:, None], -(1 << 30)), 0))
+            nm = tl.maximum(run_m, tl.max(v, 0))
+            acc = acc * tl.exp(run_m - nm)[None, :]
+            ev = tl.exp(v - nm[None, :])
+            run_m = nm
+            kk = ii[:, None] + rho[None, :]
+            ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
+            acc += tl.sum(ed * ev[None, :, :], 1)
+        md = tl.load(md_ptr + cols)
+        kmin = tl.load(kr_ptr + cols)
+        kmax = tl.load(kr_ptr + C_PAD + cols)
+        p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
+        possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
+            ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
+        need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
+        return p, need
+
+    @triton.jit
+    def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
+                 lim_b, C, K, oi, ob, orr, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
-                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
+                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr):
         """The old rows' part of the block's positions q0 + d·i (i = 1 .. nb), written to the
         scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
         the segment sums relative to S_{q0}. HAS_MASK: ``lim_b`` (T+1, C) int32 is the segment
         limit per (position, label), the smallest allowed start (forward) or the largest allowed
-        end (beta) of a segment at that position."""
+        end (beta) of a segment at that position. LINEAR (log semiring, no masks): the sums as
+        products in linear space (``_tile_linear``), a tile recomputed term by term where a sum
+        underflows."""
         ii = oi + 1
         vi = ii <= nb
         for cb in range(0, C, CB):
             cols = cb + ob
             mcol = cols < C
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
-            run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
-            run_s = tl.zeros([BT, CB], dtype=tl.float32)
-            run_k = tl.zeros([BT, CB], dtype=tl.int32)
-            if HAS_MASK:
-                if REVERSE:
-                    qi = q0 - ii
-                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
-                                   other=2147483647)
-                else:
-                    qi = q0 + ii
-                    limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
-                                   other=0)
-            for r0 in range(0, K, RB):
-                rho = r0 + orr
-                if REVERSE:
-                    r = q0 + rho
-                    ok = (rho < K) & (r <= L)
-                else:
-                    r = q0 - rho
-                    ok = (rho < K) & (r >= 0)
-                v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE)
-                rp = tl.where(ok, r, 0)
-                sr = tl.load(cum_b + rp[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :], other=0.0)
-                if REVERSE:
-                    v = v + (fr - H).to(tl.float32)[:, None] + (sr - s_ref[None, :])
-                else:
-                    v = v + (fr - H).to(tl.float32)[:, None] - (sr - s_ref[None, :])
-                # duration k = i + rho of row rho at position i
-                kk = ii[:, None] + rho[None, :]
-                vk = vi[:, None] & ok[None, :] & (kk <= K)
-                m3 = vk[:, :, None] & mcol[None, None, :]
-                if HAS_MASK:
-                    if REVERSE:
-                        m3 = m3 & (r[None, :, None] <= limb[:, None, :])
-                    else:
-                        m3 = m3 & (r[None, :, None] >= limb[:, None, :])
-                dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
-                x = v[None, :, :] + dv.to(tl.float32)
-                x = tl.where(m3, x, 2 * MASK)
-                bm = tl.max(x, 1)
-                if IS_MAX:
-                    bk = tl.min(tl.where(x == bm[:, None, :], kk[:, :, None], 2147483647), 1)
-                    upd = bm > run_m
-                    run_k = tl.where(upd, bk, run_k)
-                    run_m = tl.where(upd, bm, run_m)
-                else:
-                    nm = tl.maximum(run_m, bm)
-                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
-                    run_m = nm
-            if IS_MAX:
-                p = run_m
-                tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
+            if LINEAR:
+                p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, md_ptr, kr_ptr,
+                                       s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
+                if need:
+                    p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                           s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
             else:
-                p = tl.where(run_s > 0, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), 2 * MASK)
+                p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                       s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
+                if IS_MAX:
+                    tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
 
     @triton.jit
@@ -200,10 +267,11 @@ if HAS_TRITON:
 
     @triton.jit
     def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                 sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, HAS_IN: tl.constexpr,
+                 sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj,
+                 HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr):
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr):
         """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
         ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
         chunk owns (``start`` and every position before ``stop``).
@@ -237,8 +305,8 @@ if HAS_TRITON:
             nb = tl.minimum(left, BT)
             # rows written by the previous block (other threads) and the scratch it read
             tl.debug_barrier()
-            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, sc_b, sk_b, lim_b, C, K,
-                     oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK)
+            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
+                     lim_b, C, K, oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR)
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -383,6 +451,10 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of limits.py (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        ed_ptr=None,  # (K + BT + RB, C_PAD) float32: exp(D - MD_c), zero past K (LINEAR)
+        md_ptr=None,  # (C_PAD,) float32: MD_c = max_k D[k, c] (LINEAR)
+        kr_ptr=None,  # (2, C_PAD) int32: kmin_c, kmax_c, the finite range of D[:, c] (LINEAR)
+        LINEAR: tl.constexpr = False,
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
@@ -443,8 +515,8 @@ if HAS_TRITON:
                 F = tl.sum(tl.zeros([1], tl.float64), 0)
                 st, F, conv, delta, steps, q_last = _blk_run(
                     start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                    sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, False,
-                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK)
+                    sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, False,
+                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR)
                 e = row + j
                 _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
                               C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
@@ -503,8 +575,8 @@ if HAS_TRITON:
                     F = tl.load(in64 + K)
                     st, F, conv, delta, steps, q_last = _blk_run(
                         start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                        sc_b, sk_b, M, u0, db_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, True,
-                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK)
+                        sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, True,
+                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR)
                     if conv != 0:
                         if REVERSE:
                             _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)

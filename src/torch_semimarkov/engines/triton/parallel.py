@@ -181,6 +181,30 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
 
+def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan):
+    """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``):
+    ``ED (K + BT + RB, C_PAD) float32 = exp(D[k-1, c] - MD_c)`` (zero for impossible entries, past
+    K and on padded labels), ``MD (C_PAD,) float32`` the largest possible D of each label (0 where
+    none is) and ``(2, C_PAD) int32`` the first and last possible duration of each label (an
+    empty range, (K + 1, 0), where none is)."""
+    K, C = plan.K, duration_bias.shape[1]
+    dev = duration_bias.device
+    d = duration_bias[:K].double()
+    fin = d > -1e29
+    md = torch.where(fin, d, float("-inf")).amax(0)
+    md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
+    ed = torch.zeros((K + plan.bt + plan.rb, plan.c_pad), device=dev, dtype=torch.float32)
+    ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
+    k = torch.arange(1, K + 1, device=dev)[:, None]
+    kr = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.int32)
+    kr[0] = K + 1
+    kr[0, :C] = torch.where(fin, k, K + 1).amin(0).int()
+    kr[1, :C] = torch.where(fin, k, 0).amax(0).int()
+    mdp = torch.zeros((plan.c_pad,), device=dev, dtype=torch.float32)
+    mdp[:C] = md.float()
+    return ed, mdp, kr
+
+
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                     plan: KernelPlan, tol: float, reverse: bool, masks=None):
     """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
@@ -215,6 +239,9 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
+    elif plan.linear and not is_max:
+        ed, md, kr = linear_duration_tables(duration_bias, plan)
+        args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=True)
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
