@@ -40,24 +40,21 @@ _LN2_LO = 1.90821492927058770002e-10
 _ROUND = 6755399441055744.0
 
 
-@intrinsic
-def _i64_as_f64(typingctx, x):
-    sig = types.float64(types.int64)
+def _bitcast(src, dst):
+    """An intrinsic that reinterprets the bits of a ``src`` value as a ``dst`` value of the same width."""
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    @intrinsic
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
 
-    return sig, codegen
+        return dst(src), codegen
+
+    return cast
 
 
-@intrinsic
-def _f64_as_i64(typingctx, x):
-    sig = types.int64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-
-    return sig, codegen
+_i64_as_f64 = _bitcast(types.int64, types.float64)
+_f64_as_i64 = _bitcast(types.float64, types.int64)
 
 
 @intrinsic
@@ -266,6 +263,41 @@ def limit_window(lim, has_lim, which, t, kmax, klim):
         klim[c] = max(0, min(kmax, n))
 
 
+@njit(inline="always")
+def seq_row(x, b):
+    """Sequence b's row of a per-sequence array, or the only row of a (1, ...) dummy."""
+    return x[min(b, x.shape[0] - 1)]
+
+
+@njit(inline="always")
+def argmax_first(x):
+    """(max, smallest index of the max) of x; (-inf, 0) where every entry is -inf."""
+    best, arg = -np.inf, 0
+    for i in range(x.shape[0]):
+        if x[i] > best:
+            best = x[i]
+            arg = i
+    return best, arg
+
+
+@njit(inline="always")
+def lse_all(x):
+    """log-sum-exp of x (-inf where every entry is)."""
+    m, s = -np.inf, 0.0
+    for i in range(x.shape[0]):
+        m, s = lse_update(m, s, x[i])
+    return lse_finish(m, s)
+
+
+@njit(inline="always")
+def ring_lse(logT, c, r, n, D):
+    """lse_{k < n} (logT[c, r + k] + D[k, c]): a label's duration window summed exactly in the log domain."""
+    m, s = -np.inf, 0.0
+    for k in range(n):
+        m, s = lse_update(m, s, logT[c, r + k] + D[k, c])
+    return lse_finish(m, s)
+
+
 @njit(**KERNEL)
 def traceback_seq(bp_k, bp_c, final_label, L, direct, labels, starts):
     """Follow backpointers of one sequence from its end to position 0 (see pytorch_reference.traceback)."""
@@ -279,3 +311,13 @@ def traceback_seq(bp_k, bp_c, final_label, L, direct, labels, starts):
         starts[s] = True
         c = bp_c[t - 1, c] if direct else bp_c[s, c]
         t = s
+
+
+@njit(**KERNEL)
+def best_path(alpha, L, store, bp_k, bp_c, direct, labels, starts):
+    """The best final score of a sequence of length L (ties toward the smallest label) and, with
+    ``store``, its segmentation traced back into labels / starts (none for a score of -inf)."""
+    score, label = argmax_first(alpha)
+    if store and score != -np.inf:
+        traceback_seq(bp_k, bp_c, label, L, direct, labels, starts)
+    return score

@@ -25,14 +25,16 @@ from torch_semimarkov.engines.numba.common import (
     TINY,
     fexp,
     flog,
+    best_path,
     limit_window,
+    lse_all,
     lse_finish,
     lse_update,
     prepare_ring,
     ring_insert,
     ring_rebase,
     ring_rebase_all,
-    traceback_seq,
+    seq_row,
 )
 from torch_semimarkov.engines.numba.factored import _max_first, down
 
@@ -142,8 +144,9 @@ def _save(ck, Alog, alpha):
 
 
 @njit(**KERNEL)
-def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, interval, save, ck):
-    """log Z of one sequence; with ``save``, checkpoints ck[i] = (alpha ring, alpha) at i·interval."""
+def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, interval, save, ck, keep, A):
+    """log Z of one sequence; with ``save``, checkpoints ck[i] = (alpha ring, alpha) at i·interval;
+    with ``keep`` (the sampler, :mod:`.sample`), A[p] = alpha_p for every p <= L."""
     K, C = D.shape
     Alog = np.full((2 * K, C), NINF)
     EA = np.zeros((2 * K, C))
@@ -157,22 +160,23 @@ def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, inte
             _rebuild(p, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
             if save:
                 _save(ck[p // interval], Alog, alpha)
+        if keep:
+            A[p] = alpha
         if p == L:
             break
         _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q, lim,
                         has_lim, klim)
         _insert_alpha(p + 1, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
-    m, s = NINF, 0.0
-    for c in range(C):
-        m, s = lse_update(m, s, alpha[c])
-    return lse_finish(m, s)
+    return lse_all(alpha)
 
 
 @njit(**KERNEL)
-def forward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTD, Mc, D, interval, save, ck, out, lo, hi):
+def forward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTD, Mc, D, interval, save, ck, keep, A, out,
+                  lo, hi):
+    """forward_seq for every sequence (A (B, T+1, C), or a (1, 1, C) dummy without ``keep``)."""
     for b in range(lo, hi):
-        out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                             lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTD, Mc, D, interval, save, ck[min(b, ck.shape[0] - 1)])
+        out[b] = forward_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim,
+                             lengths[b], Tr, eTD, Mc, D, interval, save, seq_row(ck, b), keep, seq_row(A, b))
 
 
 @njit(**KERNEL)
@@ -314,16 +318,16 @@ def backward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, logZ, Tr, e
                    p_start, p_end, g_tr, g_db, lo, hi):
     for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
-        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                     lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b],
+        backward_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim, lengths[b],
                      logZ[b], Tr, eTD, eTDt, Mc, D, interval, ck[b], grads, p_start[b], p_end[b], g_tr[bg], g_db[bg])
 
 
 @njit(**KERNEL)
-def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp_k, bp_c):
+def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp_k, bp_c, labels, starts):
     """Best score of one sequence; backpointers bp_k[t-1, c] (duration - 1) and bp_c[t-1, c]
-    (predecessor label), ties toward the lexicographically smallest (k, c'). ph[k-1, c] is the
-    first segment's marginalised phantom predecessor. Returns (score, final label)."""
+    (predecessor label), ties toward the lexicographically smallest (k, c'), and with ``store`` the
+    best segmentation traced back into labels / starts. ph[k-1, c] is the first segment's
+    marginalised phantom predecessor."""
     K, C = D.shape
     Alog = np.full((2 * K, C), NINF)
     alpha = np.zeros(C)
@@ -373,21 +377,13 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp
             for c in range(C):
                 bp_k[p, c] = argk[c]
                 bp_c[p, c] = argc[c]
-    score, label = NINF, 0
-    for c in range(C):
-        if alpha[c] > score:
-            score = alpha[c]
-            label = c
-    return score, label
+    return best_path(alpha, L, store, bp_k, bp_c, True, labels, starts)
 
 
 @njit(**KERNEL)
 def viterbi_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, ph, D, store, bp_k, bp_c, scores, labels,
                   starts, lo, hi):
     for b in range(lo, hi):
-        bs = min(b, bp_k.shape[0] - 1)
-        score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                   lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, ph, D, store, bp_k[bs], bp_c[bs])
-        scores[b] = score
-        if store and score != NINF:
-            traceback_seq(bp_k[b], bp_c[b], label, lengths[b], True, labels[b], starts[b])
+        scores[b] = viterbi_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim,
+                                lengths[b], Tr, ph, D, store, seq_row(bp_k, b), seq_row(bp_c, b), seq_row(labels, b),
+                                seq_row(starts, b))

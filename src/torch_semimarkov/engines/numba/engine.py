@@ -193,6 +193,25 @@ def _torch(x: np.ndarray, like: _Inputs, dtype=None) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np_dtype)).to(like.device)
 
 
+def _forward(x: _Inputs, interval: int, save: bool, ck: np.ndarray, kept=None) -> np.ndarray:
+    """log Z (B,) float64 by the forward kernels, with ``save`` checkpoints in ck every ``interval``
+    positions; ``kept``: the arrays ``(A, W, Uu)`` in which the sampler (:mod:`.sample`) keeps
+    every message (W and Uu: the factored form only)."""
+    out = np.empty(x.B)
+    dummy = np.zeros((1, 1, x.C))
+    A, W, Uu = (dummy, dummy, dummy) if kept is None else kept
+    keep = kept is not None
+    if x.direct:
+        eTD, _, Mc = x.direct_tables()
+        _run_batch(direct.forward_batch, x.B, x.work(), *x.head(), x.Tr, eTD, Mc, x.D, interval, save, ck, keep, A,
+                   out)
+    else:
+        eTr, tmax, _, _, eDT, Dm = x.factored_tables()
+        _run_batch(factored.forward_batch, x.B, x.work(), *x.head(), x.Tr, eTr, tmax, x.D, eDT, Dm, interval, save, ck,
+                   keep, A, W, Uu, out)
+    return out
+
+
 def semi_crf_streaming_forward_numba(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -244,16 +263,7 @@ def semi_crf_streaming_forward_numba(
         return _torch(scores, x, torch.float64), empty, interval, torch.zeros(x.B, 0, dtype=torch.float64, device=x.device)
     n_ck = x.t_max // interval + 1
     ck = np.zeros((x.B, n_ck, K + 1, x.C) if save_for_backward else (1, 1, K + 1, x.C))
-    out = np.empty(x.B)
-    args = x.head()
-    if x.direct:
-        eTD, _, Mc = x.direct_tables()
-        _run_batch(direct.forward_batch, x.B, x.work(), *args, x.Tr, eTD, Mc, x.D, interval,
-                   save_for_backward, ck, out)
-    else:
-        eTr, tmax, _, _, eDT, Dm = x.factored_tables()
-        _run_batch(factored.forward_batch, x.B, x.work(), *args, x.Tr, eTr, tmax, x.D, eDT, Dm, interval,
-                   save_for_backward, ck, out)
+    out = _forward(x, interval, save_for_backward, ck)
     norms = torch.zeros(x.B, ck.shape[1] if save_for_backward else 0, dtype=torch.float64, device=x.device)
     ring = torch.from_numpy(ck).to(x.device) if save_for_backward else norms.new_zeros(x.B, 0, K + 1, x.C)
     return _torch(out, x, torch.float64), ring, interval, norms

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from torch_semimarkov.engines.numba.common import KERNEL, REDUCE, TINY, fexp, flog, fmax, limit_window
+from torch_semimarkov.engines.numba.common import KERNEL, REDUCE, TINY, fexp, flog, fmax, limit_window, seq_row
 from torch_semimarkov.engines.numba.engine import _Inputs, _lse, _run_batch, _scaled_exp
 
 NINF = -np.inf
@@ -79,6 +79,46 @@ def _weighs_beyond(y, nq, n, m):
         if y[k] > 0.0:
             return True
     return False
+
+
+@njit(inline="always")
+def _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq):
+    """alpha_t(c) and Ea_t(c) from a window's (max m, scaled sum sm, weighted sum e)."""
+    if m == NINF:
+        A[t, c] = NINF
+        Ea[t, c] = 0.0
+    else:
+        A[t, c] = (S[t, c] + (pe[t - 1, c] if has_pe else 0.0)) + (m + math.log(sm))
+        Ea[t, c] = (Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0)) + e / sm
+
+
+@njit(**KERNEL)
+def _log_z_and_expectation(a, ea):
+    """(log Z, E) from the final alpha_L and Ea_L ((-inf, 0) where every alpha_L is -inf)."""
+    m = NINF
+    for c in range(a.shape[0]):
+        m = max(m, a[c])
+    if m == NINF:
+        return NINF, 0.0
+    sz = 0.0
+    ez = 0.0
+    for c in range(a.shape[0]):
+        w = math.exp(a[c] - m)
+        sz += w
+        ez += w * ea[c] if w > 0.0 else 0.0
+    return m + math.log(sz), ez / sz
+
+
+@njit(inline="always")
+def _end_marginal(t, c, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end):
+    """At an end t >= 1 with beta_t(c) and Eb_t(c) (0 and 0 at t = L): X_t(c), EX_t(c) and the
+    plain and weighted end marginals of position t-1; returns the plain one."""
+    XT[c, t] = S[t, c] + (pe[t - 1, c] if has_pe else 0.0) + beta
+    EXT[c, t] = Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0) + Eb
+    pend = math.exp(A[t, c] + beta - log_z) if A[t, c] != NINF and beta != NINF else 0.0
+    p_end[t - 1, c] = pend
+    q_end[t - 1, c] = pend * ((Ea[t, c] + Eb) - E) if pend > 0.0 else 0.0
+    return pend
 
 
 @njit(**KERNEL)
@@ -135,26 +175,9 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
             m, sm, e = _window(WR[c, base:base + n], DT[c, :n], EWR[c, base:base + n], DqT[c, :n], n, y)
             if has_limq and _weighs_beyond(y, klimq[c], n, m):
                 e = NINF
-            if m == NINF:
-                A[t, c] = NINF
-                Ea[t, c] = 0.0
-            else:
-                A[t, c] = (S[t, c] + (pe[t - 1, c] if has_pe else 0.0)) + (m + math.log(sm))
-                Ea[t, c] = (Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0)) + e / sm
-    m = NINF
-    for c in range(C):
-        m = max(m, A[L, c])
-    if m == NINF:
-        return NINF, 0.0
-    sz = 0.0
-    ez = 0.0
-    for c in range(C):
-        w = math.exp(A[L, c] - m)
-        sz += w
-        ez += w * Ea[L, c] if w > 0.0 else 0.0
-    log_z = m + math.log(sz)
-    E = ez / sz
-    if not grads or not math.isfinite(E):
+            _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq)
+    log_z, E = _log_z_and_expectation(A[L], Ea[L])
+    if not grads or log_z == NINF or not math.isfinite(E):
         return log_z, E
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t and EX_t = Sq_t + peq_{t-1} + Eb_t, ascending
     XT = np.empty((C, L + 1))
@@ -164,11 +187,7 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
     AdbT = np.zeros((C, K))
     GdbT = np.zeros((C, K))
     for c in range(C):
-        XT[c, L] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
-        EXT[c, L] = Sq[L, c] + (peq[L - 1, c] if has_peq else 0.0)
-        pend = math.exp(A[L, c] - log_z)
-        p_end[L - 1, c] = pend
-        q_end[L - 1, c] = pend * (Ea[L, c] - E) if pend > 0.0 else 0.0
+        _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
     for s in range(L - 1, -1, -1):
         limit_window(lim, has_lim, 1, s, min(K, L - s), klim)
         for c in range(C):
@@ -210,11 +229,7 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
                     eb += wb * (Trq[cp, c] + EV[c]) if wb > 0.0 else 0.0
             beta = m + math.log(sb) if m != NINF else NINF
             Eb = eb / sb if sb > 0.0 else 0.0
-            pend = math.exp(A[s, cp] + beta - log_z) if A[s, cp] != NINF and beta != NINF else 0.0
-            p_end[s - 1, cp] = pend
-            q_end[s - 1, cp] = pend * ((Ea[s, cp] + Eb) - E) if pend > 0.0 else 0.0
-            XT[cp, s] = S[s, cp] + (pe[s - 1, cp] if has_pe else 0.0) + beta
-            EXT[cp, s] = Sq[s, cp] + (peq[s - 1, cp] if has_peq else 0.0) + Eb
+            _end_marginal(s, cp, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
             if A[s, cp] == NINF:
                 continue
             a = A[s, cp] - log_z
@@ -243,10 +258,10 @@ def entropy_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, D, ph, S
     for b in range(lo, hi):
         g = min(b, p_start.shape[0] - 1)
         log_z[b], expected[b] = _entropy_seq(
-            S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-            lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, D, ph,
-            Sq[b], psq[min(b, psq.shape[0] - 1)], peq[min(b, peq.shape[0] - 1)], has_psq, has_peq,
-            limq[min(b, limq.shape[0] - 1)], has_limq, Trq, Dq, phq,
+            S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe,
+            seq_row(lim, b), has_lim, lengths[b], Tr, D, ph,
+            Sq[b], seq_row(psq, b), seq_row(peq, b), has_psq, has_peq,
+            seq_row(limq, b), has_limq, Trq, Dq, phq,
             grads, p_start[g], p_end[g], q_start[g], q_end[g], g_tr[g], g_db[g], w_tr[g], w_db[g])
 
 
@@ -426,26 +441,9 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
             m, sm, e = _window(WR[j, c, :n], DT[c, :n], EWR[j, c, :n], DqT[c, :n], n, y)
             if has_limq and _weighs_beyond(y, klimq[c], n, m):
                 e = NINF
-            if m == NINF:
-                A[t, c] = NINF
-                Ea[t, c] = 0.0
-            else:
-                A[t, c] = (S[t, c] + (pe[t - 1, c] if has_pe else 0.0)) + (m + math.log(sm))
-                Ea[t, c] = (Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0)) + e / sm
-    m = NINF
-    for c in range(C):
-        m = max(m, A[L, c])
-    if m == NINF:
-        return NINF, 0.0
-    sz = 0.0
-    ez = 0.0
-    for c in range(C):
-        w = math.exp(A[L, c] - m)
-        sz += w
-        ez += w * Ea[L, c] if w > 0.0 else 0.0
-    log_z = m + math.log(sz)
-    E = ez / sz
-    if not grads or not math.isfinite(E):
+            _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq)
+    log_z, E = _log_z_and_expectation(A[L], Ea[L])
+    if not grads or log_z == NINF or not math.isfinite(E):
         return log_z, E
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t, EX_t likewise; per start s the segment values
     # V^k(c) = ps_s - S_s + D[k-1, c] + X_{s+k}(c) (flat index k·C + c), then per source row c'
@@ -461,11 +459,7 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
     GT = np.zeros((C, KC))
     WT = np.zeros((C, KC))
     for c in range(C):
-        XT[c, L] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
-        EXT[c, L] = Sq[L, c] + (peq[L - 1, c] if has_peq else 0.0)
-        pend = math.exp(A[L, c] - log_z)
-        p_end[L - 1, c] = pend
-        q_end[L - 1, c] = pend * (Ea[L, c] - E) if pend > 0.0 else 0.0
+        _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
     for s in range(L - 1, -1, -1):
         limit_window(lim, has_lim, 1, s, min(K, L - s), klim)
         vm = NINF
@@ -503,12 +497,8 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
                         ref, rs, rn = _row_exact(TrR[cp], V, TrqR[cp], EV, z)
                 beta = ref + math.log(rs) if rs > 0.0 else NINF
                 Eb = rn / rs if rs > 0.0 else 0.0
-                XT[cp, s] = S[s, cp] + (pe[s - 1, cp] if has_pe else 0.0) + beta
-                EXT[cp, s] = Sq[s, cp] + (peq[s - 1, cp] if has_peq else 0.0) + Eb
-                x = A[s, cp] + beta - log_z
-                pend = math.exp(x) if A[s, cp] != NINF and beta != NINF else 0.0
-                p_end[s - 1, cp] = pend
-                q_end[s - 1, cp] = pend * ((Ea[s, cp] + Eb) - E) if pend > 0.0 else 0.0
+                pend = _end_marginal(s, cp, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end,
+                                     q_end)
                 if pend == 0.0:
                     continue
                 _row_edges(z, math.exp((A[s, cp] + ref) - log_z), Ea[s, cp] - E, TrqR[cp], EV, GT[cp], WT[cp],
@@ -539,10 +529,10 @@ def entropy_batch_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, e
     for b in range(lo, hi):
         g = min(b, p_start.shape[0] - 1)
         log_z[b], expected[b] = _entropy_seq_direct(
-            S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-            lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, D, ph,
-            Sq[b], psq[min(b, psq.shape[0] - 1)], peq[min(b, peq.shape[0] - 1)], has_psq, has_peq,
-            limq[min(b, limq.shape[0] - 1)], has_limq, Trq, TrqR, Dq, phq,
+            S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe,
+            seq_row(lim, b), has_lim, lengths[b], Tr, eTrC, tmC, eTrTqC, TrR, eTrR, tmR, D, ph,
+            Sq[b], seq_row(psq, b), seq_row(peq, b), has_psq, has_peq,
+            seq_row(limq, b), has_limq, Trq, TrqR, Dq, phq,
             grads, p_start[g], p_end[g], q_start[g], q_end[g], g_tr[g], g_db[g], w_tr[g], w_db[g], p0[g], q0[g])
 
 

@@ -36,14 +36,17 @@ from torch_semimarkov.engines.numba.common import (
     fexp,
     flog,
     fmax,
+    best_path,
     limit_window,
+    lse_all,
     lse_finish,
     lse_update,
     prepare_ring,
     ring_insert,
+    ring_lse,
     ring_rebase,
     ring_rebase_all,
-    traceback_seq,
+    seq_row,
     window_sums,
     window_sums_limited,
 )
@@ -113,10 +116,7 @@ def _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, l
             alpha[c] += pep[c]
     for c in range(C):
         if acc[c] < TINY and H[c] != NINF and Dm[c] != NINF:
-            m, s = NINF, 0.0
-            for k in range(klim[c]):
-                m, s = lse_update(m, s, VT[c, r + k] + D[k, c])
-            alpha[c] = (s1[c] + (pe[p, c] if has_pe else 0.0)) + lse_finish(m, s)
+            alpha[c] = (s1[c] + (pe[p, c] if has_pe else 0.0)) + ring_lse(VT, c, r, klim[c], D)
         if mx[c] < LOW:
             ring_rebase(VT, linT, H, c)
 
@@ -149,12 +149,15 @@ def _load(ck, VT, alpha):
 
 
 @njit(**KERNEL)
-def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck):
+def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck, keep, A,
+                W, Uu):
     """log Z of one sequence of length L; with ``save``, checkpoints ck[i] = (V ring, alpha) at i·interval.
 
     The scaled ring is re-referenced at every checkpoint position, so a recompute that starts from
     a checkpoint repeats the forward's arithmetic exactly. ``lim`` (2, T+1, C) int64 with
-    ``has_lim``: segment limits (:func:`.common.limit_window`).
+    ``has_lim``: segment limits (:func:`.common.limit_window`). With ``keep`` (the sampler,
+    :mod:`.sample`) every message stays: A[p] = alpha_p (p <= L), W[p] = u_p + ps_p - S_p and
+    Uu[p] = u_p (p < L).
     """
     K, C = D.shape
     VT, linT, H = prepare_ring(K, C)
@@ -167,26 +170,29 @@ def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eD
             ring_rebase_all(VT, linT, H)
             if save:
                 _save(ck[p // interval], VT, alpha)
+        if keep:
+            A[p] = alpha
         if p == L:
             break
         _u_part(alpha, Tr, eTr, tmax, u, ea, linu)
         _insert_v(p, S, ps, has_ps, u, VT, linT, H, vals)
+        if keep:
+            W[p] = vals
+            Uu[p] = u
         _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim)
-    m, s = NINF, 0.0
-    for c in range(C):
-        m, s = lse_update(m, s, alpha[c])
-    return lse_finish(m, s)
+    return lse_all(alpha)
 
 
 @njit(**KERNEL)
 def forward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, save, ck,
-                  out, lo, hi):
+                  keep, A, W, Uu, out, lo, hi):
     """forward_seq for every sequence: S (B, T+1, C), ps/pe (B, T, C) or (1, 1, C) dummies, lim
-    (B, 2, T+1, C) or a (1, 2, 1, 1) dummy, ck (B, N, K+1, C)."""
+    (B, 2, T+1, C) or a (1, 2, 1, 1) dummy, ck (B, N, K+1, C), A (B, T+1, C) and W, Uu (B, T, C)
+    (or (1, 1, C) dummies without ``keep``)."""
     for b in range(lo, hi):
-        out[b] = forward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                             lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTr, tmax, D, eDT, Dm,
-                             interval, save, ck[min(b, ck.shape[0] - 1)])
+        out[b] = forward_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim,
+                             lengths[b], Tr, eTr, tmax, D, eDT, Dm, interval, save, seq_row(ck, b), keep,
+                             seq_row(A, b), seq_row(W, b), seq_row(Uu, b))
 
 
 @njit(**KERNEL)
@@ -281,10 +287,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax
                     v[c] += pss[c]
             for c in range(C):
                 if acc[c] < TINY and Hy[c] != NINF and Dm[c] != NINF:
-                    m, sm = NINF, 0.0
-                    for k in range(klim[c]):
-                        m, sm = lse_update(m, sm, YT[c, r0 + k] + D[k, c])
-                    v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + lse_finish(m, sm)
+                    v[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + ring_lse(YT, c, r0, klim[c], D)
             for c in range(C):
                 pst[c] = fexp((U[j, c] + v[c]) - logZ)
                 p_start[s, c] = pst[c]
@@ -353,8 +356,8 @@ def backward_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, logZ, Tr, e
     """backward_seq for every sequence; p_start/p_end (B, T, C), g_tr (B, C, C), g_db (B, K, C), all zero on entry."""
     for b in range(lo, hi):
         bg = min(b, g_tr.shape[0] - 1)
-        backward_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                     lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
+        backward_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim, lengths[b],
+                     logZ[b], Tr, eTr, tmax, eTrRT, tmaxR, D, eDT, Dm, interval, ck[b], grads, p_start[b], p_end[b],
                      g_tr[bg], g_db[bg])
 
 
@@ -402,9 +405,10 @@ def _max_argmax_over_rows(alpha, TrT, best, arg, tmp):
 
 
 @njit(**KERNEL)
-def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, u0, D, store, bp_k, bp_c):
+def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, u0, D, store, bp_k, bp_c, labels, starts):
     """Best score of one sequence; with ``store``, backpointers bp_k[t-1, c] (duration - 1) and
-    bp_c[s, c] (predecessor label of a segment starting at s). Returns (score, final label)."""
+    bp_c[s, c] (predecessor label of a segment starting at s), and the best segmentation's labels
+    and starts traced back from them (:func:`.common.best_path`)."""
     K, C = D.shape
     UT = np.full((C, 2 * K), NINF)
     SRT = np.ascontiguousarray(S[L::-1].T)
@@ -437,22 +441,14 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, u0, D, store, bp
         if store:
             for c in range(C):
                 bp_k[p, c] = arg[c]
-    score, label = NINF, 0
-    for c in range(C):
-        if alpha[c] > score:
-            score = alpha[c]
-            label = c
-    return score, label
+    return best_path(alpha, L, store, bp_k, bp_c, False, labels, starts)
 
 
 @njit(**KERNEL)
 def viterbi_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, u0, D, store, bp_k, bp_c, scores, labels,
                   starts, lo, hi):
-    """viterbi_seq and traceback for every sequence: labels (B, T) int64 filled with -1, starts (B, T) False."""
+    """viterbi_seq for every sequence: labels (B, T) int64 filled with -1, starts (B, T) False."""
     for b in range(lo, hi):
-        bs = min(b, bp_k.shape[0] - 1)
-        score, label = viterbi_seq(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                   lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, u0, D, store, bp_k[bs], bp_c[bs])
-        scores[b] = score
-        if store and score != NINF:
-            traceback_seq(bp_k[b], bp_c[b], label, lengths[b], False, labels[b], starts[b])
+        scores[b] = viterbi_seq(S[b], seq_row(ps, b), seq_row(pe, b), has_ps, has_pe, seq_row(lim, b), has_lim,
+                                lengths[b], Tr, u0, D, store, seq_row(bp_k, b), seq_row(bp_c, b), seq_row(labels, b),
+                                seq_row(starts, b))

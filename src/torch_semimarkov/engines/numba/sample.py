@@ -31,85 +31,11 @@ import numpy as np
 import torch
 from numba import njit
 
-from torch_semimarkov.engines.numba import direct, factored
-from torch_semimarkov.engines.numba.common import KERNEL, lse_finish, lse_update, prepare_ring, ring_rebase_all
-from torch_semimarkov.engines.numba.engine import _Inputs, _run_batch
+from torch_semimarkov.engines.numba.common import KERNEL, lse_finish, lse_update, seq_row
+from torch_semimarkov.engines.numba.engine import _forward, _Inputs, _run_batch
 from torch_semimarkov.engines.torch.reference import _resolve_interval
 
 NINF = -np.inf
-
-
-@njit(**KERNEL)
-def _store_factored(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eDT, Dm, interval, A, W, Uu):
-    """The factored forward of one sequence keeping A[p] = alpha_p (p <= L), W[p] = u_p + ps_p - S_p
-    and Uu[p] = u_p (p < L); the ring is re-referenced every ``interval`` positions, as in
-    ``forward_seq``. Returns log Z."""
-    K, C = D.shape
-    VT, linT, H = prepare_ring(K, C)
-    alpha = np.zeros(C)
-    u, ea, linu = np.empty(C), np.empty(C), np.empty(C)
-    acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
-    klim = np.empty(C, dtype=np.int64)
-    for p in range(L + 1):
-        if p % interval == 0:
-            ring_rebase_all(VT, linT, H)
-        A[p] = alpha
-        if p == L:
-            break
-        factored._u_part(alpha, Tr, eTr, tmax, u, ea, linu)
-        factored._insert_v(p, S, ps, has_ps, u, VT, linT, H, vals)
-        W[p] = vals
-        Uu[p] = u
-        factored._window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim,
-                                       klim)
-    m, s = NINF, 0.0
-    for c in range(C):
-        m, s = lse_update(m, s, alpha[c])
-    return lse_finish(m, s)
-
-
-@njit(**KERNEL)
-def _store_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, interval, A):
-    """The direct forward of one sequence keeping A[p] = alpha_p (p <= L). Returns log Z."""
-    K, C = D.shape
-    Alog = np.full((2 * K, C), NINF)
-    EA = np.zeros((2 * K, C))
-    ZT, linT, H = prepare_ring(K, C)
-    alpha = np.zeros(C)
-    acc, mx, q, zvals = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
-    klim = np.empty(C, dtype=np.int64)
-    direct._insert_alpha(0, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
-    for p in range(L + 1):
-        if p % interval == 0:
-            direct._rebuild(p, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
-        A[p] = alpha
-        if p == L:
-            break
-        direct._window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha,
-                                     acc, mx, q, lim, has_lim, klim)
-        direct._insert_alpha(p + 1, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
-    m, s = NINF, 0.0
-    for c in range(C):
-        m, s = lse_update(m, s, alpha[c])
-    return lse_finish(m, s)
-
-
-@njit(**KERNEL)
-def store_factored_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTr, tmax, D, eDT, Dm, interval, A, W,
-                         Uu, log_z, lo, hi):
-    """Forward of sequences [lo, hi) keeping A (B, T+1, C), W and Uu (B, T, C)."""
-    for b in range(lo, hi):
-        log_z[b] = _store_factored(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                   lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTr, tmax, D, eDT, Dm,
-                                   interval, A[b], W[b], Uu[b])
-
-
-@njit(**KERNEL)
-def store_direct_batch(S, ps, pe, has_ps, has_pe, lim, has_lim, lengths, Tr, eTD, Mc, D, interval, A, log_z, lo, hi):
-    """Forward of sequences [lo, hi) keeping A (B, T+1, C)."""
-    for b in range(lo, hi):
-        log_z[b] = _store_direct(S[b], ps[min(b, ps.shape[0] - 1)], pe[min(b, pe.shape[0] - 1)], has_ps, has_pe,
-                                 lim[min(b, lim.shape[0] - 1)], has_lim, lengths[b], Tr, eTD, Mc, D, interval, A[b])
 
 
 @njit(**KERNEL)
@@ -162,9 +88,7 @@ def walk_batch(A, W, Uu, log_z, direct, S, ps, pe, has_ps, has_pe, lim, has_lim,
         if log_z[b] == NINF:
             continue
         Ab, Sb, u = A[b], S[b], U[r]
-        psb = ps[min(b, ps.shape[0] - 1)]
-        peb = pe[min(b, pe.shape[0] - 1)]
-        limb = lim[min(b, lim.shape[0] - 1)]
+        psb, peb, limb = seq_row(ps, b), seq_row(pe, b), seq_row(lim, b)
         t, cn, kn = lengths[b], C, 0
         while t > 0:
             # the label c1 of the segment that ends at t
@@ -233,14 +157,7 @@ def sample_numba(cum_scores, transition, duration_bias, lengths, K, proj_start, 
     A = np.empty((B, T + 1, C))
     W = np.empty((B, T, C) if not x.direct else (1, 1, C))
     Uu = np.empty((B, T, C) if not x.direct else (1, 1, C))
-    log_z = np.empty(B)
-    if x.direct:
-        eTD, _, Mc = x.direct_tables()
-        _run_batch(store_direct_batch, B, x.work(), *x.head(), x.Tr, eTD, Mc, x.D, interval, A, log_z)
-    else:
-        eTr, tmax, _, _, eDT, Dm = x.factored_tables()
-        _run_batch(store_factored_batch, B, x.work(), *x.head(), x.Tr, eTr, tmax, x.D, eDT, Dm, interval, A, W, Uu,
-                   log_z)
+    log_z = _forward(x, interval, False, np.zeros((1, 1, K + 1, C)), (A, W, Uu))
     U = np.ascontiguousarray(uniforms.detach().cpu().numpy(), dtype=np.float64)
     N = U.shape[0]
     labels = np.full((N, T), -1, dtype=np.int64)
