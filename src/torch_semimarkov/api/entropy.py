@@ -16,13 +16,12 @@ from torch_semimarkov.engines.available import numba_module
 from torch_semimarkov.engines.interface import masked_input_grads, scale_grads
 from torch_semimarkov.engines.select import cpu_engine, cpu_limits, engine_masks, engine_takes, refuse
 from torch_semimarkov.engines.torch.dense import (
-    _alpha_and_prefix,
-    _beta_and_suffix,
     _edge_gradients,
     _expected_prefix,
     _expected_score,
     _expected_suffix,
     _forbid64,
+    _messages_and_expected,
     _Model,
     _weighted,
 )
@@ -32,7 +31,7 @@ class _Entropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, label_mask, boundary_mask):
         model = _Model(inp, label_mask, boundary_mask)
-        A, Ea = _alpha_and_prefix(model)
+        A, Ea = _messages_and_expected(model, "alpha")
         log_z, expected = _expected_score(model, A, Ea)
         H = torch.where(torch.isfinite(log_z), log_z - expected, torch.zeros_like(log_z))
         ctx.stash = (model, A, Ea, log_z, expected, inp)
@@ -41,7 +40,7 @@ class _Entropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         model, A, Ea, log_z, expected, inp = ctx.stash
-        Bt, Eb = _beta_and_suffix(model)
+        Bt, Eb = _messages_and_expected(model, "beta")
         return _edge_gradients(model, A, Bt, log_z, grad, (Ea, Eb, expected)).result(inp) + (None, None, None)
 
 

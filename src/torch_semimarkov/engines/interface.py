@@ -211,9 +211,7 @@ class TritonEngine(Engine):
 
     @_masked_entry
     def marginals_masked(inp, masks):
-        launch = triton_launchers()
-        plan, limits, ps = masks
-        args, _, pe = _detached(inp)
+        launch, args, ps, pe, plan, limits = _triton_masked(inp, masks)
         with torch.no_grad():
             log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, masks=limits)
             p_start, p_end, _, _ = launch.launch_backward(*args, ps, pe, plan=plan, state=state, masks=limits)
@@ -221,9 +219,7 @@ class TritonEngine(Engine):
 
     @_masked_entry
     def viterbi_masked(inp, masks):
-        launch = triton_launchers()
-        plan, limits, ps = masks
-        args, _, pe = _detached(inp)
+        launch, args, ps, pe, plan, limits = _triton_masked(inp, masks)
         with torch.no_grad():
             return launch.launch_viterbi(*args, ps, pe, plan=plan, masks=limits)
 
@@ -288,6 +284,14 @@ def _detached(inp):
             d(inp.proj_end))
 
 
+def _triton_masked(inp, masks):
+    """``(launchers, args, proj_start, proj_end, plan, limits)`` of a masked Triton call: the detached
+    inputs, with the start projection of the masks ``(plan, limits, proj_start)`` (forbidden starts)."""
+    plan, limits, ps = masks
+    args, _, pe = _detached(inp)
+    return triton_launchers(), args, None if ps is None else ps.detach(), pe, plan, limits
+
+
 def masked_input_grads(ctx, cum_scores, grad, marginals, has_ps, has_pe):
     """The gradients of an engine autograd Function whose inputs are ``(cum_scores, transition,
     duration_bias, proj_start, proj_end, inp, masks)``: log Z's gradient map (:func:`scale_grads`)
@@ -304,10 +308,7 @@ class _TritonMaskedLogZ(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, masks):
-        launch = triton_launchers()
-        plan, limits, ps = masks
-        args, _, pe = _detached(inp)
-        ps = None if ps is None else ps.detach()
+        launch, args, ps, pe, plan, limits = _triton_masked(inp, masks)
         log_z, state = launch.launch_forward(*args, "log", ps, pe, plan=plan, masks=limits)
         ctx.stash = (args, ps, pe, plan, limits, state, proj_start is not None, proj_end is not None)
         return log_z.to(inp.cum_scores.dtype)

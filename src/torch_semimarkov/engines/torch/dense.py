@@ -358,14 +358,6 @@ def _edge_gradients(model: _Model, A, Bt, log_z, weight, entropy=None, values: O
     return acc
 
 
-def _alpha_and_prefix(model: _Model):
-    """(alpha, Ea): the forward messages and :func:`_expected_prefix`, in one kernel on CUDA."""
-    if model.use_kernels:
-        return _dense_kernels().run_dense(model, "alpha", expect=True)
-    A = model.alpha()
-    return A, _expected_prefix(model, A)
-
-
 def _paired(model: _Model, values: Optional[_Model], steps):
     """``(t, seg, seg of values)`` for each ``(t, seg)`` of ``steps(model)``: the segment scores of
     both models at the same positions (the same block sizes, so the two scans stay in step)."""
@@ -392,14 +384,6 @@ def _expected_prefix(model: _Model, A: torch.Tensor, values: Optional[_Model] = 
     return Ea
 
 
-def _beta_and_suffix(model: _Model):
-    """(beta, Eb): the backward messages and :func:`_expected_suffix`, in one kernel on CUDA."""
-    if model.use_kernels:
-        return _dense_kernels().run_dense(model, "beta", expect=True)
-    Bt = model.beta()
-    return Bt, _expected_suffix(model, Bt)
-
-
 def _expected_suffix(model: _Model, Bt: torch.Tensor, values: Optional[_Model] = None) -> torch.Tensor:
     """(B, P, C+1): the expected score of the completion of a prefix ending at p with label c
     (with ``values``: that model's scores, ``model``'s weights)."""
@@ -419,6 +403,16 @@ def _expected_suffix(model: _Model, Bt: torch.Tensor, values: Optional[_Model] =
     return Eb
 
 
+def _messages_and_expected(model: _Model, direction: str):
+    """The messages of one direction and their expected scores, in one kernel on CUDA:
+    ``"alpha"``: (alpha, :func:`_expected_prefix`); ``"beta"``: (beta, :func:`_expected_suffix`)."""
+    if model.use_kernels:
+        return _dense_kernels().run_dense(model, direction, expect=True)
+    messages = model.alpha() if direction == "alpha" else model.beta()
+    expected = _expected_prefix if direction == "alpha" else _expected_suffix
+    return messages, expected(model, messages)
+
+
 def _expected_score(model: _Model, A: torch.Tensor, Ea: torch.Tensor):
     """(log Z, E[score]) (B,) from the forward messages and the expected prefix scores
     (:func:`_expected_prefix`): the expectation over the last label at each sequence's end."""
@@ -436,7 +430,7 @@ def _walk(model: _Model, b, t, c, choose):
     picks each walker's previous segment. Returns labels (N, T), start flags (N, T) and each walker's summed edge score (N,).
     Walkers with t = 0 are finished from the start (no segmentation).
     """
-    N, T, C, K = b.shape[0], model.T, model.C, model.K
+    N, T, C = b.shape[0], model.T, model.C
     dev = model.device
     start_label = torch.full((N, T + 1), -1, dtype=torch.long, device=dev)
     flags = torch.zeros(N, T + 1, dtype=torch.bool, device=dev)
