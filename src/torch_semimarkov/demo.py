@@ -128,8 +128,21 @@ class SoftmaxTagger(nn.Module):
         return self.out(self.encoder(batch["features"])).argmax(-1)
 
 
-def _to(batch: Dict[str, torch.Tensor], device) -> Dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
+def batch_to(batch: Dict, device) -> Dict:
+    """The batch with its tensors on ``device`` (other entries as they are)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, batch: Dict, device, clip: float = 5.0) -> torch.Tensor:
+    """One optimiser step on ``model.loss(batch)`` (the batch moved to ``device``), the gradients
+    clipped to norm ``clip``; returns the loss."""
+    batch = batch_to(batch, device)
+    opt.zero_grad(set_to_none=True)
+    loss = model.loss(batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return loss
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -162,12 +175,7 @@ def train_model(model: nn.Module, loader: DataLoader, epochs: int, lr: float, de
     for epoch in range(epochs):
         total, n = 0.0, 0
         for batch in loader:
-            batch = _to(batch, device)
-            opt.zero_grad(set_to_none=True)
-            loss = model.loss(batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
+            loss = train_step(model, opt, batch, device)
             sched.step()
             total += float(loss.detach())
             n += 1
@@ -188,7 +196,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device) -> Dict[str, float]:
     metrics = SegmentationMetrics(tolerances=TOLERANCES)
     model.eval()
     for batch in loader:
-        batch = _to(batch, device)
+        batch = batch_to(batch, device)
         metrics.update(model.predict(batch), batch["labels"], batch["lengths"])
     return metrics.compute()
 
@@ -204,7 +212,7 @@ def save_figure(path: str, crf: SemiCRFTagger, baseline: SoftmaxTagger, item: Di
     except ImportError:
         print("matplotlib is not installed: skipping the figure (pip install 'torch-semimarkov[demo]')")
         return None
-    batch = _to(collate_segments([item]), device)
+    batch = batch_to(collate_segments([item]), device)
     L = int(batch["lengths"][0])
     with torch.no_grad():
         h = crf.encoder(batch["features"])

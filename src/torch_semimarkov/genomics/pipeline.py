@@ -27,16 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from torch_semimarkov.demo import batch_to, train_step
 from torch_semimarkov.genomics.batches import locus_batches, prepare_loci, window_batches
 from torch_semimarkov.genomics.evaluate import evaluate_predictions
 from torch_semimarkov.genomics.models import CodonCRFTagger, SemiCRFGeneFinder, build_model
 from torch_semimarkov.genomics.records import Gene, GenomicRecord
 
 __all__ = ["train_model", "predict_records", "save_checkpoint", "load_checkpoint", "build_model"]
-
-
-def _to(batch: Dict, device) -> Dict:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 @torch.no_grad()
@@ -46,7 +43,7 @@ def predict_records(model: nn.Module, records: Sequence[GenomicRecord], device="
     model.eval()
     out: Dict[str, List[Gene]] = {}
     for idx, batch in locus_batches(records, max_tokens, max_batch):
-        batch = _to(batch, device)
+        batch = batch_to(batch, device)
         for i, genes in zip(idx, model.predict_genes(batch["codes"], batch["lengths"])):
             out[records[i].name] = genes
     return {r.name: out[r.name] for r in records}
@@ -147,12 +144,7 @@ def train_model(
             scale = min(1.0, (result["steps"] + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed / budget_s)))
             for g, base in zip(opt.param_groups, base_lrs):
                 g["lr"] = base * max(scale, 0.02)
-            batch = _to(batch, device)
-            opt.zero_grad(set_to_none=True)
-            loss = model.loss(batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
+            loss = train_step(model, opt, batch, device)
             value = float(loss.detach())
             run_loss = value if math.isnan(run_loss) else 0.95 * run_loss + 0.05 * value
             result["steps"] += 1
