@@ -16,15 +16,17 @@ feature component** (:class:`Component`), laid out like the engine input it ente
   its neighbour's 5' check, as :meth:`~.labels.GeneGrammar.signal_tables` says;
 * ``length_exon``: log P(length | exon type), restricted to the label's phases (duration);
 * ``length_intron``: log P(intron length) (duration) and the self-move of split introns (transition);
+  with ``GHMMConfig(intron_tail=E)`` the lengths are empirical below E and geometric from E on, a long
+  intron being one-base tail pieces and an end piece (:class:`~.labels.GeneGrammar`): exact for any K;
 * ``length_intergenic``: geometric intergenic length (duration + self-move: exact however split);
 * ``transition``: log P(next label | label) of the gold parses (transition);
 * ``ends``: log P(first label) and log P(last label) (``proj_start`` at 0, ``proj_end`` at T-1).
 
 :func:`assemble` adds them with one weight each (default 1: the generative GHMM) plus the
-unweighted **constraints** (``-inf`` for the grammar's forbidden moves, the duration mask and an
-exon 3' end without its donor / stop consensus; a finite ``five_prime_penalty`` for a 5' end
-without its start / acceptor consensus, finite because a continuation piece must be able to take
-it back exactly). Every value is a log-likelihood ratio against one per-position background, so
+unweighted **constraints** (``-inf`` for the grammar's forbidden moves, the duration mask, an
+exon 3' end without its donor / stop consensus and a sequence that ends in an intron tail piece; a
+finite ``five_prime_penalty`` for a 5' end without its start / acceptor consensus, finite because
+a continuation piece must be able to take it back exactly). Every value is a log-likelihood ratio against one per-position background, so
 per-position values stay small; :func:`assemble` also subtracts the per-position mean over labels
 of the emissions (the same quantity from every label: exact). Later, a discriminatively trained
 semi-CRF can learn one weight per component.
@@ -263,6 +265,13 @@ class GHMMConfig:
             models are not told about signals); ``"content"``: against the content models the
             window's bases are scored by on either side of the site, which makes the signal
             replace the content there, as a GHMM's signal states do.
+        intron_tail: 0 (default): an intron longer than K is several intron segments joined by
+            self moves, each scored by the length distribution (truncated at K) plus a split
+            score, so a long intron pays per piece. E (``MIN_INTRON`` < E <= K; typically K): the
+            intron length model is the empirical one below E and geometric from E on
+            (``P(n) = P(n >= E) r (1 - r)^(n - E)``, ``1 / r`` the mean of n - E + 1 over the
+            training introns of E bases or more), over :class:`~.labels.GeneGrammar` ``(intron_tail=E)``:
+            a long intron scores ``log P(n)`` exactly, however K cuts it.
     """
 
     order: int = 5
@@ -278,6 +287,7 @@ class GHMMConfig:
     stop_penalty: float = 50.0
     five_prime_penalty: float = 1000.0
     signal_contrast: str = "background"
+    intron_tail: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -341,7 +351,12 @@ class GHMM:
             grammar: Optional[GeneGrammar] = None) -> "GHMM":
         """Estimate every part from annotated records (their genes must follow the grammar)."""
         config = config or GHMMConfig()
-        grammar = grammar or GeneGrammar()
+        tail = int(config.intron_tail) or None
+        if tail is not None and not MIN_INTRON < tail <= int(config.max_duration):
+            raise ValueError(f"intron_tail must be in ({MIN_INTRON}, K = {config.max_duration}], got {tail}")
+        grammar = grammar or GeneGrammar(intron_tail=tail)
+        if grammar.intron_tail != tail:
+            raise ValueError(f"the grammar's intron_tail ({grammar.intron_tail}) differs from the config's ({tail})")
         K, C = int(config.max_duration), grammar.num_labels
         content = ContentSensors.fit(records, config.order, config.smoothing, config.background_order)
         signals = SignalSensors.fit(records, config.windows, config.signal_smoothing)
@@ -371,6 +386,11 @@ class GHMM:
         for c, lab in enumerate(grammar.labels):
             if lab.kind in ("intergenic", "intron"):
                 moves[c, c] = False
+        # the long-intron pieces (intron tails) are not counted: the gold runs above hold every
+        # intron whole as its intron(p) label, and the pieces copy its moves below
+        pieces = [c for c, lab in enumerate(grammar.labels) if lab.piece is not None]
+        moves[pieces, :] = False
+        moves[:, pieces] = False
         a = config.transition_smoothing
         counts = np.where(moves, counts + a, 0.0)
         rows = counts.sum(1, keepdims=True)
@@ -378,6 +398,16 @@ class GHMM:
             log_tr = np.where(moves, np.log(counts / np.where(rows > 0, rows, 1.0)), 0.0)
         log_init = np.log((first + a) / (first + a).sum())
         log_final = np.log((last + a) / (last + a).sum())
+        for c in pieces:
+            # entering an intron is one event whatever its length (the length model splits short
+            # from long); an end piece leaves as the intron label does; tail -> tail / end: 0
+            lab = grammar.labels[c]
+            base = grammar.index[f"{lab.strand}intron({lab.entry})"]
+            into = allowed[:, c] & ~np.isin(np.arange(C), pieces)
+            log_tr[into, c] = log_tr[into, base]
+            if lab.piece == "end":
+                log_tr[c, allowed[c]] = log_tr[base, allowed[c]]
+            log_init[c], log_final[c] = log_init[base], log_final[base]
         kind, bw, fl = config.length_kind, config.length_bandwidth, config.length_floor
         exon_lengths = {t: LengthDistribution.fit(d or [MIN_EXON], kind, bw, fl) for t, d in exon_durs.items()}
         intron_length = LengthDistribution.fit(intron_durs or [100], kind, bw, fl)
@@ -411,18 +441,31 @@ class GHMM:
             ok = mask[:, c]
             dur_exon[ok, c] = lp[ok] - np.logaddexp.reduce(lp[ok])
 
-        # introns: the whole intron's length distribution; a long intron is several pieces joined by
-        # self moves whose score is the largest that never lets a split of an intron of length <= K
-        # beat the unsplit intron (by induction also for more than two pieces)
-        lpi = self.intron_length.log_pmf(K)
-        intron_cols = [c for c, lab in enumerate(labels) if lab.kind == "intron"]
+        intron_cols = [c for c, lab in enumerate(labels) if lab.kind == "intron" and lab.piece is None]
         dur_intron = np.zeros((K, C))
         tr_intron = np.zeros((C, C))
-        dur_intron[:, intron_cols] = lpi[:, None]
-        tau = self._split_score(lpi)
-        for c in intron_cols:
-            tr_intron[c, c] = tau
-        self.intron_split_score = tau
+        E = g.intron_tail
+        if E is None:
+            # introns: the whole intron's length distribution; a long intron is several pieces joined by
+            # self moves whose score is the largest that never lets a split of an intron of length <= K
+            # beat the unsplit intron (by induction also for more than two pieces)
+            lpi = self.intron_length.log_pmf(K)
+            dur_intron[:, intron_cols] = lpi[:, None]
+            tau = self._split_score(lpi)
+            for c in intron_cols:
+                tr_intron[c, c] = tau
+            self.intron_split_score = tau
+        else:
+            # intron tails: lengths < E empirical (mass P(n < E)), n >= E geometric: n - E one-base
+            # tail pieces of log(1 - r) each and an end piece of E bases scoring log P(n >= E) + log r
+            dur_intron[:E - 1, intron_cols] = self.intron_length.log_pmf(E - 1)[:, None]
+            log_mass, r = self.intron_length.tail(E)
+            for c, lab in enumerate(labels):
+                if lab.piece == "tail":
+                    dur_intron[0, c] = math.log1p(-r) if r < 1 else -np.inf
+                elif lab.piece == "end":
+                    dur_intron[E - 1, c] = log_mass + math.log(r)
+            self.intron_split_score = 0.0
 
         # intergenic: geometric, exact for any split: D[k] = k log(1-q) + b, self move -b
         q = 1.0 / max(self.intergenic_length.mean, 1.0 + 1e-9)
@@ -550,6 +593,14 @@ class GHMM:
                 Term(miss5, idx5, np.full(C, -P5)),
                 Term(shifted, idxb, np.full(C, P5)),
             ])
+        tails = [c for c, lab in enumerate(labels) if lab.piece == "tail"]
+        if tails and T:
+            # intron tails: the sequence may not end in a tail piece, whose per-base score would
+            # leave out the end piece's log P(n >= E) + log r; an intron that runs off the end ends
+            # with its end piece (or is an intron label), as every segment at the edge ends there
+            last_inf = np.zeros((T, 1))
+            last_inf[T - 1, 0] = -np.inf
+            constraints.proj_end.append(Term(last_inf, np.array([[0 if c in tails else -1 for c in range(C)]])))
         return GHMMFeatures(T, K, C, comps, constraints)
 
     def _frame_component(self, name: str, q_plus: np.ndarray, q_minus: np.ndarray) -> Component:

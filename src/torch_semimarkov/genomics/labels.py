@@ -15,6 +15,12 @@
   an intron of phase p) so that the grammar stays exact.
 
 Introns and intergenic regions longer than K are several same-label segments (self-transitions).
+With ``GeneGrammar(intron_tail=E)`` (E <= K) an intron is instead exactly one of two parses: an
+``intron(p)`` segment of 30..E-1 bases, or, for an intron of n >= E bases, n - E one-base
+``intron(p)[tail]`` pieces followed by one ``intron(p)[end]`` segment of exactly E bases. A length
+model that is geometric from E on (:class:`~.ghmm.GHMMConfig` ``intron_tail``) then scores a long
+intron the same however long it is relative to K: the tail pieces carry only a per-base score, so
+there is no per-piece cost, and the parse is unique (the CRF's log Z counts each labelling once).
 The allowed transitions are the gene grammar: intergenic -> (5') exon -> intron -> exon ... -> (3')
 exon -> intergenic on either strand, with the phases matching across every intron; a gene needs
 intergenic sequence on both sides (the stop codon, which is not part of the CDS, is in it).
@@ -65,6 +71,8 @@ class LabelInfo:
             both are the intron's phase; 0 for intergenic).
         left, right: the interface on the segment's left / right in genomic order (exons and
             continuation pieces; ``None`` otherwise).
+        piece: for the long-intron labels of ``GeneGrammar(intron_tail=E)`` (kind ``"intron"``):
+            ``"tail"`` (one-base pieces) or ``"end"`` (the last E bases); ``None`` otherwise.
     """
 
     name: str
@@ -75,6 +83,7 @@ class LabelInfo:
     exit: int = 0
     left: Optional[Interface] = None
     right: Optional[Interface] = None
+    piece: Optional[str] = None
 
     @property
     def coding(self) -> bool:
@@ -95,9 +104,29 @@ def _iface_name(iface: Interface) -> str:
 
 
 class GeneGrammar:
-    """The semi-CRF's gene-structure labels, their grammar and their duration constraints."""
+    """The semi-CRF's gene-structure labels, their grammar and their duration constraints.
 
-    def __init__(self):
+    Args:
+        intron_tail: ``None`` (the 47 labels: an intron longer than K is several ``intron(p)``
+            pieces joined by self moves) or E > ``MIN_INTRON``: 12 more labels, per strand and phase
+            ``intron(p)[tail]`` (one base) and ``intron(p)[end]`` (exactly E bases), and
+            ``intron(p)`` only 30..E-1 bases long, with no self move (see the module docstring).
+            Needs E <= K wherever K is given.
+
+    Example:
+        >>> g = GeneGrammar(intron_tail=100)
+        >>> from torch_semimarkov.genomics.records import Exon, Gene
+        >>> segs = g.encode([Gene("g", "+", (Exon(10, 40), Exon(143, 173)))], 180, max_duration=120)
+        >>> g.num_labels, [(s, e, g.names[c]) for s, e, c in segs if e - s != 1 or c == 0]
+        (59, [(0, 10, 'N'), (10, 40, '+initial(0)'), (43, 143, '+intron(0)[end]'), (143, 173, '+terminal(0)'), (173, 180, 'N')])
+        >>> sorted({g.names[c] for s, e, c in segs if e - s == 1})
+        ['+intron(0)[tail]']
+    """
+
+    def __init__(self, intron_tail: Optional[int] = None):
+        if intron_tail is not None and int(intron_tail) <= MIN_INTRON:
+            raise ValueError(f"intron_tail must be > MIN_INTRON ({MIN_INTRON}), got {intron_tail}")
+        self.intron_tail: Optional[int] = None if intron_tail is None else int(intron_tail)
         labels: List[LabelInfo] = [LabelInfo("N", "intergenic")]
         for strand in ("+", "-"):
             exons = [("single", 0, 0)]
@@ -121,6 +150,13 @@ class GeneGrammar:
                 phase = 0 if five[0] == "N" else five[2]
                 left, right = (five, None) if strand == "+" else (None, five)
                 labels.append(LabelInfo(f"{strand}cont[{_iface_name(five)}]", "cont", strand, None, phase, phase, left, right))
+        if self.intron_tail is not None:
+            # appended after the 47 labels, so that those keep their indices
+            for strand in ("+", "-"):
+                for piece in ("tail", "end"):
+                    for p in range(3):
+                        labels.append(LabelInfo(f"{strand}intron({p})[{piece}]", "intron", strand, None, p, p,
+                                                piece=piece))
         self.labels: Tuple[LabelInfo, ...] = tuple(labels)
         self.names: Tuple[str, ...] = tuple(lab.name for lab in labels)
         self.index: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -129,6 +165,8 @@ class GeneGrammar:
                       for c, lab in enumerate(labels) if lab.kind == "cont"}
         self._exon = {(lab.strand, lab.exon_type, lab.entry, lab.exit): c
                       for c, lab in enumerate(labels) if lab.kind == "exon"}
+        #: (strand, phase, piece) -> label of the intron labels (piece None: ``intron(p)``)
+        self._intron = {(lab.strand, lab.entry, lab.piece): c for c, lab in enumerate(labels) if lab.kind == "intron"}
 
     # ------------------------------------------------------------------ grammar
 
@@ -139,24 +177,37 @@ class GeneGrammar:
         """(C, C) bool ``[c_src, c_dst]``: the moves of the gene grammar (left to right along the DNA)."""
         C = self.num_labels
         ok = torch.zeros(C, C, dtype=torch.bool)
+        tail = self.intron_tail is not None
         for a, la in enumerate(self.labels):
             for b, lb in enumerate(self.labels):
-                if la.kind in ("intergenic", "intron"):
+                if la.piece == "tail":
+                    # one-base pieces, then the end piece of the same intron
+                    ok[a, b] = a == b or b == self._intron[(la.strand, la.entry, "end")]
+                elif la.kind in ("intergenic", "intron"):
                     here: Interface = N_IFACE if la.kind == "intergenic" else ("I", la.strand, la.entry)
                     if a == b:
-                        ok[a, b] = True
+                        # with intron tails an intron label is never split (nor an end piece)
+                        ok[a, b] = la.kind == "intergenic" or not tail
                     elif lb.kind == "exon" or (lb.kind == "cont" and lb.strand == "+"):
                         ok[a, b] = lb.left == here
                 elif la.kind == "exon":
                     if lb.kind in ("intergenic", "intron"):
-                        ok[a, b] = b == self._iface_label(la.right)
+                        ok[a, b] = self._enters(la.right, b)
                     elif lb.kind == "cont" and lb.strand == "-" == la.strand:
                         ok[a, b] = lb.right == la.right
                 elif la.kind == "cont" and la.strand == "+":
                     ok[a, b] = a == b or (lb.kind == "exon" and lb.strand == "+" and lb.left == la.left)
                 elif la.kind == "cont":
-                    ok[a, b] = a == b or b == self._iface_label(la.right)
+                    ok[a, b] = a == b or self._enters(la.right, b)
         return ok
+
+    def _enters(self, iface: Interface, b: int) -> bool:
+        """Whether label b may follow a coding segment whose right interface is ``iface``: the
+        interface's label, or with intron tails also a long intron's first piece (tail or end)."""
+        if b == self._iface_label(iface):
+            return True
+        lb = self.labels[b]
+        return iface[0] == "I" and lb.piece is not None and (lb.strand, lb.entry) == iface[1:]
 
     def duration_residues(self) -> List[Optional[int]]:
         """Per label, the allowed segment length modulo 3 (``None``: any length)."""
@@ -174,15 +225,23 @@ class GeneGrammar:
         """(K, C) bool: True where a segment of duration k (row k-1) is allowed for a label.
 
         Coding segments need the length their phases imply (mod 3) and at least ``MIN_EXON`` bases;
-        intron segments (whole introns or pieces of long ones) at least ``MIN_INTRON``.
+        intron segments (whole introns or pieces of long ones) at least ``MIN_INTRON``. With intron
+        tails (E): ``intron(p)`` 30..E-1, ``[tail]`` pieces 1 and ``[end]`` pieces exactly E bases.
         """
+        E = self.intron_tail
+        if E is not None and E > max_duration:
+            raise ValueError(f"intron_tail ({E}) must be <= K ({max_duration})")
         k = torch.arange(1, max_duration + 1)
         cols = []
         for lab, r in zip(self.labels, self.duration_residues()):
             if r is not None:
                 cols.append((k % 3 == r) & (k >= MIN_EXON))
+            elif lab.piece == "tail":
+                cols.append(k == 1)
+            elif lab.piece == "end":
+                cols.append(k == E)
             elif lab.kind == "intron":
-                cols.append(k >= MIN_INTRON)
+                cols.append((k >= MIN_INTRON) & (k < E) if E is not None else k >= MIN_INTRON)
             else:
                 cols.append(torch.ones(max_duration, dtype=torch.bool))
         return torch.stack(cols, dim=1)
@@ -350,12 +409,21 @@ class GeneGrammar:
 
         Equal pieces (rather than K, K, ..., rest) keep every piece of a long run longer than K / 2,
         so that a minimum intron-piece duration (``MIN_INTRON``) holds for the gold segmentation.
+        With intron tails (E) an intron of n >= E bases becomes n - E one-base ``[tail]`` pieces and
+        an ``[end]`` piece of E bases, whatever K.
         """
         K = int(max_duration)
+        E = self.intron_tail
         out: List[Tuple[int, int, int]] = []
         for s, e, c in runs:
             n = e - s
-            if self.labels[c].coding or n <= K:
+            lab = self.labels[c]
+            if E is not None and lab.kind == "intron" and lab.piece is None and n >= E:
+                tail = self._intron[(lab.strand, lab.entry, "tail")]
+                out.extend((t, t + 1, tail) for t in range(s, e - E))
+                out.append((e - E, e, self._intron[(lab.strand, lab.entry, "end")]))
+                continue
+            if lab.coding or n <= K:
                 out.append((s, e, c))
                 continue
             m = math.ceil(n / K)
@@ -385,8 +453,15 @@ class GeneGrammar:
             if r is not None and ((e - s) % 3 != r or e - s < MIN_EXON):
                 raise ValueError(f"segment {(s, e, self.names[c])} has length {e - s}: a coding segment needs "
                                  f"{r} mod 3 bases (its phases) and at least {MIN_EXON}")
-            if self.labels[c].kind == "intron" and e - s < MIN_INTRON:
+            lab = self.labels[c]
+            if lab.kind == "intron" and lab.piece is None and e - s < MIN_INTRON:
                 raise ValueError(f"intron segment {(s, e, self.names[c])} is shorter than {MIN_INTRON} bases")
+            if self.intron_tail is not None and lab.kind == "intron":
+                E = self.intron_tail
+                n_ok = {"tail": e - s == 1, "end": e - s == E}.get(lab.piece, e - s < E)
+                if not n_ok:
+                    raise ValueError(f"intron segment {(s, e, self.names[c])}: with intron tails (E = {E}) an intron "
+                                     "label is shorter than E, a tail piece 1 and an end piece E bases long")
             if prev is not None and not bool(allowed[prev, c]):
                 raise ValueError(f"the grammar forbids {self.names[prev]} -> {self.names[c]} at position {s}")
             pos, prev = e, c

@@ -532,6 +532,26 @@ class LengthDistribution:
             floor: float = 1e-3) -> "LengthDistribution":
         return cls(kind, np.asarray(lengths), bandwidth, floor)
 
+    def tail(self, start: int) -> Tuple[float, float]:
+        """A geometric tail from ``start`` on: ``(log P(length >= start), r)`` with
+        ``P(length = n) = P(length >= start) r (1 - r)^(n - start)`` for n >= start.
+
+        Fitted to the lengths: ``P(length >= start)`` is their fraction at or above ``start`` (the
+        complement of :meth:`log_pmf` ``(start - 1)``'s mass), ``1 / r`` the mean of
+        ``length - start + 1`` over them. Without such lengths: mass ``floor``, mean excess ``start``.
+
+        Example:
+            >>> lm, r = LengthDistribution.fit([50, 60, 1000, 3000]).tail(1000)
+            >>> round(float(np.exp(lm)), 2), round(1 / r, 1)
+            (0.5, 1001.0)
+        """
+        start = int(start)
+        long = self.lengths[self.lengths >= start]
+        if len(long) == 0:
+            return math.log(max(self.floor, 1e-12)), 1.0 / max(start, 1)
+        mean_excess = float((long - start + 1).mean())
+        return math.log(len(long) / len(self.lengths)), 1.0 / mean_excess
+
     def log_pmf(self, K: int) -> np.ndarray:
         """(K,) float64: ``log P(length = k)`` at index k - 1."""
         k = np.arange(1, K + 1, dtype=np.float64)
