@@ -186,3 +186,21 @@ def test_a_sequence_cut_inside_a_long_intron_ends_with_its_end_piece(tail_models
     bad = head + [(t, t + 1, g.index[f"+intron({p})[tail]"]) for t in range(ex.end, cut_at)]
     good = bad[:-60] + [(cut_at - 60, cut_at, g.index[f"+intron({p})[end]"])]
     assert engine_gold_score(inp, bad) == -math.inf and math.isfinite(engine_gold_score(inp, good))
+
+
+def test_feature_crf_with_intron_tails(tail_models):
+    """The feature CRF takes a GHMM with intron tails: its gold parse (one-base tail pieces) is one
+    labelling, its NLL is finite and positive, and pack refuses the default grammar's 47 labels."""
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+
+    model = tail_models[60]
+    rng = np.random.default_rng(2)
+    recs = [make_locus(rng, f"c{i}", [40, 62, 33], [n, 50], "+-"[i % 2], left=100, right=100)
+            for i, n in enumerate((250, 48))]
+    feats = [model.features(r) for r in recs]
+    with pytest.raises(ValueError):
+        pack(feats, [r.genes for r in recs])
+    batch = pack(feats, [r.genes for r in recs], dtype=torch.float64, grammar=model.grammar)
+    crf = FeatureCRF(model)
+    nll = crf.nll(batch, dtype=torch.float64)
+    assert torch.isfinite(nll).all() and (nll > 0).all()

@@ -155,6 +155,9 @@ def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gen
     if genes is not None:
         from torch_semimarkov.genomics.labels import GeneGrammar
         grammar = grammar or GeneGrammar()
+        if grammar.num_labels != features[0].C:
+            raise ValueError(f"the grammar has {grammar.num_labels} labels, the features {features[0].C}: pass the "
+                             "GHMM's grammar (grammar=ghmm.grammar), e.g. for a GHMM with intron tails")
         segs = [grammar.encode(g, f.T, K) for g, f in zip(genes, features)]
         labels, starts = segments_to_starts(segs, lengths.cpu(), T, features[0].C, K)
         batch.labels, batch.starts, batch.segments = labels.to(device), starts.to(device), segs
