@@ -191,7 +191,7 @@ def test_linear_duration_tables():
     finite range of each label's durations."""
     d = torch.tensor([[0.0, float("-inf"), -1.0], [-2.0, float("-inf"), float("-inf")], [-1.0, float("-inf"), 3.0]])
     p = plan_mod.make_plan(1, 100, 3, 3, time_parallel=None)
-    p = plan_mod.KernelPlan(**{**p.__dict__, "bt": 4, "rb": 2, "c_pad": 4, "K": 3})
+    p = plan_mod.KernelPlan(**{**p.__dict__, "linear_tile": (4, 2, 2), "c_pad": 4, "K": 3})
     ed, md, kr = parallel.linear_duration_tables(d.clamp(min=-1e30), p)
     assert ed.shape == (3 + 4 + 2, 4)
     assert md.tolist() == [0.0, 0.0, 3.0, 0.0]
@@ -199,6 +199,21 @@ def test_linear_duration_tables():
     assert ed[:, 1].abs().sum() == 0 and ed[3:].abs().sum() == 0 and ed[:, 3].abs().sum() == 0
     assert torch.allclose(ed[:3, 2], torch.tensor([float(torch.exp(torch.tensor(-4.0))), 0.0, 1.0]))
     assert kr.tolist() == [[1, 4, 1, 4], [3, 0, 3, 0]]
+
+
+def test_linear_block_sums_by_default_only_for_dense_durations():
+    """By default the linear-space sums run where every duration is possible and each label's
+    bias spans at most 50 nats (no underflow); a duration a label may not take, or a wider
+    spread, keeps the log-space sums."""
+    d = torch.randn(10, 4)
+    assert parallel.dense_durations(d, 10)
+    d[3, 2] = -1e30
+    assert not parallel.dense_durations(d, 10)
+    assert parallel.dense_durations(d, 3)  # only durations 1..K count
+    d = torch.zeros(10, 4)
+    d[9, 1] = -60.0
+    assert not parallel.dense_durations(d, 10)
+    assert plan_mod.make_plan(4, 100000, 960, 47).linear is None
 
 
 def test_large_rings_plan_the_blocked_engine():

@@ -179,7 +179,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                 lim_b, C, K, oi, ob, orr, HAS_IN: tl.constexpr,
+                 lim_b, C, K, oi, ob, orr, orx, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
                  REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr):
         """The old rows' part of the block's positions q0 + d·i (i = 1 .. nb), written to the
@@ -200,7 +200,7 @@ if HAS_TRITON:
                                        s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
                 if need:
                     p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                           s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
+                                           s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
             else:
                 p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
                                        s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
@@ -267,7 +267,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                 sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj,
+                 sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
                  HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
@@ -306,7 +306,7 @@ if HAS_TRITON:
             # rows written by the previous block (other threads) and the scratch it read
             tl.debug_barrier()
             _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                     lim_b, C, K, oi, ob, orr, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR)
+                     lim_b, C, K, oi, ob, orr, orx, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR)
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -455,6 +455,7 @@ if HAS_TRITON:
         md_ptr=None,  # (C_PAD,) float32: MD_c = max_k D[k, c] (LINEAR)
         kr_ptr=None,  # (2, C_PAD) int32: kmin_c, kmax_c, the finite range of D[:, c] (LINEAR)
         LINEAR: tl.constexpr = False,
+        RBX: tl.constexpr = 1,  # rows per tile of a LINEAR tile's term-by-term recomputation
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
@@ -468,6 +469,9 @@ if HAS_TRITON:
         oi = tl.arange(0, BT)
         ob = tl.arange(0, CB)
         orr = tl.arange(0, RB)
+        orx = orr
+        if LINEAR:
+            orx = tl.arange(0, RBX)
         oj = tl.arange(0, K_PAD)
         E32 = K * C + C_PAD
         E64 = K + 1
@@ -515,7 +519,7 @@ if HAS_TRITON:
                 F = tl.sum(tl.zeros([1], tl.float64), 0)
                 st, F, conv, delta, steps, q_last = _blk_run(
                     start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                    sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, False,
+                    sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj, False,
                     C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR)
                 e = row + j
                 _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
@@ -575,7 +579,7 @@ if HAS_TRITON:
                     F = tl.load(in64 + K)
                     st, F, conv, delta, steps, q_last = _blk_run(
                         start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                        sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, oj, True,
+                        sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj, True,
                         C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR)
                     if conv != 0:
                         if REVERSE:

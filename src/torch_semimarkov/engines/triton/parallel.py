@@ -181,6 +181,21 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
 
+#: Largest spread (nats) of a label's duration bias for the linear-space block sums by default.
+LINEAR_SPREAD = 50.0
+
+
+def dense_durations(duration_bias: torch.Tensor, K: int) -> bool:
+    """Whether every label's duration bias is possible at every duration 1..K and spans at most
+    ``LINEAR_SPREAD`` nats: then a linear-space block sum holds its largest row's term at no less
+    than e^-50 of the shift (no underflow), and the blocked kernel uses it by default. Gene
+    grammars (durations a label may not take: reading frames, one-base pieces) sum in log space.
+    One small reduction and a device synchronisation per launch."""
+    d = duration_bias[:K]
+    lo, hi = d.amin(0), d.amax(0)
+    return bool(((lo > -1e29) & (hi - lo <= LINEAR_SPREAD)).all())
+
+
 def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan):
     """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``):
     ``ED (K + BT + RB, C_PAD) float32 = exp(D[k-1, c] - MD_c)`` (zero for impossible entries, past
@@ -193,7 +208,8 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan):
     fin = d > -1e29
     md = torch.where(fin, d, float("-inf")).amax(0)
     md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
-    ed = torch.zeros((K + plan.bt + plan.rb, plan.c_pad), device=dev, dtype=torch.float32)
+    bt, rb, _ = plan.linear_tile
+    ed = torch.zeros((K + bt + rb, plan.c_pad), device=dev, dtype=torch.float32)
     ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
     k = torch.arange(1, K + 1, device=dev)[:, None]
     kr = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.int32)
@@ -225,8 +241,11 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     bk = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     bc = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C + plan.c_pad, K + 1, 0, dev)
-    scratch = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.float32)
-    scratch_k = torch.empty((B, n, plan.bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
+    linear = masks is None and not is_max and (
+        plan.linear or (plan.linear is None and dense_durations(duration_bias, K)))
+    bt, rb, cb = plan.linear_tile if linear else (plan.bt, plan.rb, plan.cb)
+    scratch = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.float32)
+    scratch_k = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
     args = dict(
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
         ps_ptr=proj_start if proj_start is not None else cum_scores,
@@ -239,10 +258,11 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
-    elif plan.linear and not is_max:
+    elif linear:
         ed, md, kr = linear_duration_tables(duration_bias, plan)
-        args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=True)
-    meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=plan.cb, RB=plan.rb, BT=plan.bt, REVERSE=reverse,
+        # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
+        args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=True, RBX=max(1, min(rb, 8192 // (bt * cb))))
+    meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
     redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps)

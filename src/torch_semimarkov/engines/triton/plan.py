@@ -43,9 +43,14 @@ FORCE_BLOCKED = False
 #: Tests set this to (BT, RB, CB) to exercise the blocked engine's tiles at small sizes.
 BLOCK_OVERRIDE: Optional[tuple] = None
 
-#: The blocked engine's log-semiring block sums as products in linear space (``blocked._tile_linear``);
-#: tests and A/B runs set it to False for the term-by-term log-space sums.
-BLOCKED_LINEAR = True
+#: The blocked engine's log-semiring block sums as products in linear space (``blocked._tile_linear``):
+#: None (default) where the duration bias allows it (``parallel.dense_durations``), True always
+#: (tests: the underflow recomputation), False never (the term-by-term log-space sums).
+BLOCKED_LINEAR: Optional[bool] = None
+
+#: (BT, RB, CB) of the linear-space block sums: no exponential per term leaves room for larger
+#: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43).
+LINEAR_TILE = (64, 32, 16)
 
 #: Warps of the blocked memory-ring engine.
 BLOCKED_WARPS = 8
@@ -71,8 +76,9 @@ class KernelPlan:
         K: the effective maximum duration min(K, T).
         bt, rb, cb: the blocked memory-ring kernel's tile (``blocked.py``): positions per block,
             ring rows and labels per (BT, RB, CB) tile of its block sums.
-        linear: the blocked kernel's log-semiring block sums run as products in linear space
-            (unmasked calls; the max semiring and masks always sum term by term).
+        linear, linear_tile: whether the blocked kernel's log-semiring block sums may run as
+            products in linear space, and their (BT, RB, CB) tile (None: where the duration
+            bias allows; unmasked calls only; the max semiring and masks sum term by term).
         idx64: positions and row offsets need 64-bit integers (``(T+1)·C`` near 2^31); otherwise
             the kernels index in int32, which is faster (a 64-bit modulo or multiply per element
             costs a large batch up to 2x).
@@ -93,7 +99,8 @@ class KernelPlan:
     bt: int = 16
     rb: int = 32
     cb: int = 16
-    linear: bool = False
+    linear: Optional[bool] = False
+    linear_tile: tuple = LINEAR_TILE
 
     @property
     def packed_backpointers(self) -> bool:
@@ -252,7 +259,8 @@ def make_plan(
         return KernelPlan(
             kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
             c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
-            idx64=idx64, bt=bt, rb=rb, cb=cb, linear=BLOCKED_LINEAR)
+            idx64=idx64, bt=bt, rb=rb, cb=cb, linear=BLOCKED_LINEAR,
+            linear_tile=BLOCK_OVERRIDE or LINEAR_TILE)
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
