@@ -15,6 +15,9 @@ genes.gb.test once; no test score is looked at before that.
 
     python examples/gene_finding/ghmm.py                 # everything (about 80 minutes on one CPU core)
     python examples/gene_finding/ghmm.py --quick --out /tmp/ghmm_quick    # smoke run (seconds; no test data)
+    # intron tails (GHMMConfig.intron_tail = K) at the selected order / smoothing, CV only:
+    python examples/gene_finding/ghmm.py --intron-tail --orders 3 --smoothings 2 --ks 960,2000 \
+        --no-ablations --no-test --json ghmm_cv_tail.json
 
 Outputs in ``--out`` (default examples/gene_finding/results): ``ghmm_cv.json`` (fold scores of every
 configuration, ablations, the chosen configuration, test metrics, timings) and ``test_ghmm.gff3``.
@@ -58,6 +61,11 @@ def parse_args(argv=None):
     p.add_argument("--ks", default="960,2000,4000,8000", help="K values tried at the best order / smoothing")
     p.add_argument("--threads", type=int, default=1, help="numba and torch threads")
     p.add_argument("--no-test", action="store_true", help="skip the test prediction")
+    p.add_argument("--no-ablations", action="store_true", help="skip the ablations")
+    p.add_argument("--intron-tail", action="store_true",
+                   help="every configuration with GHMMConfig.intron_tail = K (geometric intron lengths from K on, "
+                        "long introns as tail pieces: no per-piece cost)")
+    p.add_argument("--json", default="ghmm_cv.json", help="name of the report in --out")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 40 short training loci, 2 folds, orders 2,3, K 120,240; 20 other training loci "
                         "stand in for the test set")
@@ -166,7 +174,9 @@ def main(argv=None):
     log(f"train: {records_summary(train)}; test: {records_summary(test)} (loaded in {load_s:.1f}s)")
     folds = fold_ids(len(train), args.folds, args.seed)
     runner = Runner(train, folds, log)
-    out_json = os.path.join(args.out, "ghmm_cv.json")
+    out_json = os.path.join(args.out, args.json)
+    tail = (lambda K: K) if args.intron_tail else (lambda K: 0)
+    sfx = ", intron tail = K" if args.intron_tail else ""
     report = {"command": command, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                                              f"{args.threads} thread(s)",
               "folds": args.folds, "seed": args.seed, "fold_of_locus": {r.name: int(f) for r, f in zip(train, folds)},
@@ -180,8 +190,9 @@ def main(argv=None):
     log(f"[1] {args.folds}-fold CV over the Markov chains' order x smoothing (K = {base_k})")
     for order in orders:
         for sm in smoothings:
-            report["search"].append(runner.cv(f"order {order}, smoothing {sm:g}, K {base_k}",
-                                              GHMMConfig(order=order, smoothing=sm, max_duration=base_k)))
+            report["search"].append(runner.cv(f"order {order}, smoothing {sm:g}, K {base_k}{sfx}",
+                                              GHMMConfig(order=order, smoothing=sm, max_duration=base_k,
+                                                         intron_tail=tail(base_k))))
             save()
     best = max(report["search"], key=lambda r: r["score"])
     log(f"    best: {best['tag']} (score {best['score']})")
@@ -192,8 +203,8 @@ def main(argv=None):
     for K in ks:
         if K == base_k:
             continue
-        cfg = GHMMConfig(**{**best["config"], "max_duration": K})
-        report["k_search"].append(runner.cv(f"order {cfg.order}, smoothing {cfg.smoothing:g}, K {K}", cfg))
+        cfg = GHMMConfig(**{**best["config"], "max_duration": K, "intron_tail": tail(K)})
+        report["k_search"].append(runner.cv(f"order {cfg.order}, smoothing {cfg.smoothing:g}, K {K}{sfx}", cfg))
         save()
     chosen = max(report["k_search"], key=lambda r: r["score"])
     report["chosen"] = {"tag": chosen["tag"], "config": chosen["config"], "cv_mean": chosen["mean"]}
@@ -204,7 +215,7 @@ def main(argv=None):
     log("[3] ablations at the chosen configuration")
     base_cfg = chosen["config"]
     report["ablations"].append({**chosen, "tag": "selected GHMM"})
-    for tag, cfg, w in (
+    for tag, cfg, w in () if args.no_ablations else (
         ("no signal models (WAM weights 0)", base_cfg, {c: 0.0 for c in SIGNAL_COMPONENTS}),
         ("geometric exon and intron lengths", {**base_cfg, "length_kind": "geometric"}, None),
         ("order-0 content chains", {**base_cfg, "order": 0}, None),
