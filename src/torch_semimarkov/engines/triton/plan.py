@@ -50,7 +50,7 @@ BLOCKED_LINEAR: Optional[bool] = None
 
 #: (BT, RB, CB) of the linear-space block sums: no exponential per term leaves room for larger
 #: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43).
-LINEAR_TILE = (64, 32, 16)
+LINEAR_TILE = (32, 64, 16)
 
 #: Warps of the blocked memory-ring engine.
 BLOCKED_WARPS = 8
