@@ -234,7 +234,7 @@ def test_sequences_check_the_codons(strand):
         text = write({"s": [gene]}, sequences={"s": seq})
         assert problems(text) == []
         _, regions = parse(text)
-        assert regions == {}  # sequence-region lines come from lengths only
+        assert regions == {"s": (1, len(seq))}  # the sequence's length stands in for lengths
         (gf, kids), = gene_lines(text).values()
         assert (gf["attrs"].get("partial") == "true") == any(expected)
         assert bool(kids["start_codon"]) == (not expected[0]) and bool(kids["stop_codon"]) == (not expected[1])

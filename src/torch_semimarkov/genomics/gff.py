@@ -200,7 +200,8 @@ def write_gff3(
             ``exon`` and ``CDS`` lines (6 significant digits; ``.`` for ``None``, NaN and inf),
             e.g. the exon's posterior probability. Sequences or genes without scores get ``.``.
         sequences: optional ``{seqid: DNA}``: with it the start and stop codons are checked in the
-            sequence for the partial marks (and its length stands in for a missing ``lengths``).
+            sequence for the partial marks (and its length stands in for a missing ``lengths``,
+            also in the ``##sequence-region`` line).
         alternatives: optional ``{seqid: [Alternative, ...]}``: more transcripts, written after
             their parent gene's own transcript as further ``mRNA`` features of that gene (IDs
             ``.t2``, ``.t3``, ...; the gene's span grows to hold them), or, with ``parent=None``, as
@@ -239,8 +240,8 @@ def write_gff3(
         if scores is not None and len(scores) != len(genes):
             raise ValueError(f"exon_scores[{seqid!r}] has {len(scores)} entries for {len(genes)} genes")
         sid = _escape_seqid(seqid)
-        if lengths is not None and lengths.get(seqid) is not None and lengths[seqid] >= 1:
-            out.write(f"##sequence-region {sid} 1 {int(lengths[seqid])}\n")
+        if length is not None and length >= 1:
+            out.write(f"##sequence-region {sid} 1 {int(length)}\n")
         alts = list((alternatives or {}).get(seqid, ()))
         for a in alts:
             if a.parent is not None and not 0 <= a.parent < len(genes):
