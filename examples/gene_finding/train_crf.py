@@ -148,6 +148,9 @@ def main(argv=None):
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stage", choices=("all", "cv", "final"), default="all")
+    ap.add_argument("--only-folds", default=None, metavar="J,J",
+                    help="cv: run only these folds (1-based), keeping the others already in OUT/crf_cv.json "
+                         "with the same configuration (a CV over several device calls)")
     ap.add_argument("--ghmm-config", default=None, help="JSON of GHMMConfig fields (e.g. the CV-selected one)")
     ap.add_argument("--max-duration", type=int, default=None)
     ap.add_argument("--reg", type=float, default=0.05, help="L2 pull towards the GHMM (per locus of data)")
@@ -199,7 +202,10 @@ def main(argv=None):
     lengths = [f.T for f in feats]
     result_path = os.path.join(args.out, "crf_cv.json")
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
-    results.update(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params, device=str(device),
+    setup = dict(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params,
+                 max_train_length=args.max_train_length, budget=args.budget)
+    same = all(results.get(k) == v for k, v in setup.items())
+    results.update(**setup, device=str(device),
                    gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
 
     def fit(model_key, train_idx):
@@ -215,8 +221,13 @@ def main(argv=None):
         return crf, info
 
     if args.stage in ("all", "cv"):
-        cv = []
-        for j in range(args.folds):
+        # folds already in OUT/crf_cv.json (same config) are kept: a CV can span several runs
+        done = {r["fold"]: r for r in results.get("cv", [])} if same else {}
+        todo = range(args.folds) if args.only_folds is None else [int(x) - 1 for x in args.only_folds.split(",")]
+        for j in todo:
+            done.pop(j, None)
+        cv = [done[j] for j in sorted(done)]
+        for j in todo:
             held = [i for i in range(len(train_recs)) if folds[i] == j]
             rest = [i for i in range(len(train_recs)) if folds[i] != j]
             log(f"  fold {j + 1}/{args.folds}: training on {len(rest)} loci")
@@ -230,11 +241,15 @@ def main(argv=None):
             m_crf, m_ghmm = evaluate_predictions(recs, crf_pred), evaluate_predictions(recs, ghmm_pred)
             row = {"fold": j, "crf": m_crf, "ghmm": m_ghmm, "train": info, "decode_seconds": time.perf_counter() - t1,
                    "weights": dict(zip(crf.components, crf.weights.detach().cpu().tolist()))}
-            cv.append(row)
+            cv = sorted(cv + [row], key=lambda r: r["fold"])
             log(f"    fold {j + 1}: exon F1 CRF {m_crf['exon_f1']:.3f} / GHMM {m_ghmm['exon_f1']:.3f}, gene F1 "
                 f"{m_crf['gene_f1']:.3f} / {m_ghmm['gene_f1']:.3f}")
             results["cv"] = cv
             json.dump(results, open(result_path, "w"), indent=1)
+        if len(cv) < args.folds:
+            log(f"  folds {sorted(r['fold'] + 1 for r in cv)} of {args.folds} done: run the others with --only-folds")
+            log("done")
+            return
         mean = {k: {m: float(np.mean([r[k][m] for r in cv])) for m in ("exon_f1", "gene_f1", "nuc_f1")}
                 for k in ("crf", "ghmm")}
         results["cv_mean"] = mean

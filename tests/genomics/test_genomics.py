@@ -8,6 +8,7 @@ The tests on the AUGUSTUS tutorial data fetch Debian's augustus-doc package with
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import subprocess
@@ -335,3 +336,31 @@ def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path):
     fasta.write_text(">seq1 test\nATGAAACCCGGGTTTTAA\nCCCATGGGGTAA\n")
     run(os.path.join(EXAMPLE, "predict.py"), "--checkpoint", str(out / "semicrf.pt"), "--input", str(fasta), "--out", str(tmp_path / "x.gff3"))
     assert (tmp_path / "x.gff3").read_text().startswith("##gff-version 3")
+
+
+@pytest.mark.integration
+def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
+    """train_crf.py on the CPU with intron tails: fold 1 in one run, fold 2 and the final stage in
+    a second (``--only-folds`` keeps the first run's fold), then the selected model predicts the
+    test loci (GFF3 with posterior scores) and both test rows are recorded."""
+    _, root = tutorial_paths
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "crf"
+    cfg = tmp_path / "tail.json"
+    cfg.write_text(json.dumps({"max_duration": 120, "intron_tail": 120}))
+    base = [sys.executable, os.path.join(EXAMPLE, "train_crf.py"), "--smoke", "--data", root, "--out", str(out),
+            "--procs", "1", "--budget", "3", "--ghmm-config", str(cfg)]
+    run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
+    first = run("--stage", "cv", "--only-folds", "1")
+    assert "run the others with --only-folds" in first.stdout
+    res = json.loads((out / "crf_cv.json").read_text())
+    assert [r["fold"] for r in res["cv"]] == [0] and "cv_mean" not in res
+    run("--stage", "all", "--only-folds", "2")
+    res = json.loads((out / "crf_cv.json").read_text())
+    assert [r["fold"] for r in res["cv"]] == [0, 1]
+    assert res["selected"] in ("crf", "ghmm") and set(res["cv_mean"]) == {"crf", "ghmm"}
+    assert res["config"]["intron_tail"] == 120
+    for kind in ("crf", "ghmm"):
+        assert 0.0 <= res["test"][kind]["metrics"]["exon_f1"] <= 1.0
+    gff = (out / "test_feature_crf.gff3").read_text()
+    assert gff.startswith("##gff-version 3") and "##sequence-region" in gff
