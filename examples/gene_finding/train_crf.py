@@ -27,7 +27,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
 from multiprocessing import get_context
 from typing import Dict, List
 
