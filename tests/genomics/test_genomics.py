@@ -349,7 +349,7 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     cfg = tmp_path / "tail.json"
     cfg.write_text(json.dumps({"max_duration": 120, "intron_tail": 120}))
     base = [sys.executable, os.path.join(EXAMPLE, "train_crf.py"), "--smoke", "--data", root, "--out", str(out),
-            "--procs", "1", "--budget", "3", "--ghmm-config", str(cfg)]
+            "--procs", "1", "--budget", "1", "--max-iter", "1", "--ghmm-config", str(cfg)]
     run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
     first = run("--stage", "cv", "--only-folds", "1")
     assert "run the others with --only-folds" in first.stdout
