@@ -52,23 +52,30 @@ def test_blocked_forward_matches_oracle(case, semiring, blocked):
 def test_blocked_backward_matches_sequential_kernels(case, blocked):
     """Marginals and gradients from the blocked forward and beta equal those of the sequential
     register-ring kernels (the same marginal kernels read both)."""
-    inp = inputs(case, seed=2)
-    v = validated(inp)
-    p = _plan(v, "log")
-    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
-                                     v.proj_start, v.proj_end, plan=p)
-    got = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
-                                 v.proj_end, plan=p, state=state)
-    plan_mod.FORCE_BLOCKED = False
-    try:
-        seq = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False)
-        z2, state2 = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
-                                           v.proj_start, v.proj_end, plan=seq)
-        want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
-                                      v.proj_end, plan=seq, state=state2)
-    finally:
-        plan_mod.FORCE_BLOCKED = True
+    v = validated(inputs(case, seed=2))
+    z, got = _forward_backward(v, _plan(v, "log"))
+    z2, want = _forward_backward(v, None)
     assert_close(cpu(z), cpu(z2), atol=1e-5, rtol=1e-6)
+    _assert_grads_close(got, want)
+
+
+def _forward_backward(v, plan):
+    """log Z and the backward's outputs under ``plan`` (None: the sequential register-ring kernels,
+    the blocked engine switched off for the call)."""
+    forced = plan_mod.FORCE_BLOCKED
+    if plan is None:
+        plan_mod.FORCE_BLOCKED = False
+    try:
+        plan = plan or launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False)
+        z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                         v.proj_start, v.proj_end, plan=plan)
+        return z, launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                         v.proj_start, v.proj_end, plan=plan, state=state)
+    finally:
+        plan_mod.FORCE_BLOCKED = forced
+
+
+def _assert_grads_close(got, want):
     for name, g, w in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), got, want):
         assert_close(cpu(g), cpu(w), atol=2e-5, rtol=1e-5, msg=name)
 
@@ -171,19 +178,9 @@ def test_blocked_block_sums_linear_and_log_space(make, linear, monkeypatch):
     v = validated(inp)
     p = _plan(v, "log")
     assert p.linear == linear and p.n_chunks >= 3
-    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
-                                     v.proj_start, v.proj_end, plan=p)
+    z, got = _forward_backward(v, p)
     assert_close(cpu(z), naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
-    got = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
-                                 v.proj_end, plan=p, state=state)
-    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
-    seq = launch.plan_for(v.cum_scores, v.transition, v.K, "log", time_parallel=False)
-    _, state2 = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
-                                      v.proj_start, v.proj_end, plan=seq)
-    want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
-                                  v.proj_end, plan=seq, state=state2)
-    for name, g, w in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), got, want):
-        assert_close(cpu(g), cpu(w), atol=2e-5, rtol=1e-5, msg=name)
+    _assert_grads_close(got, _forward_backward(v, None)[1])
 
 
 def test_linear_duration_tables():
