@@ -126,6 +126,22 @@ def case_id(B: int, T: int, K: int, C: int, *extra) -> str:
     return "-".join(parts)
 
 
+def brute_case_id(case) -> str:
+    """The id of a brute-force case ``(B, T, K, C, lengths, duration_transitions, proj)``."""
+    B, T, K, C, _, dt, proj = case
+    return case_id(B, T, K, C, "KCC" if dt else "CC", proj)
+
+
+def brute_case_inputs(case, seed_offset: int = 0):
+    """``(inputs, brute_force(**inputs))`` of a brute-force case (T <= 6), seeded by its shape."""
+    from torch_semimarkov.oracle import brute_force
+
+    B, T, K, C, lengths, dt, proj = case
+    inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj=proj,
+                      seed=B * 100 + T * 10 + K + seed_offset)
+    return inp, brute_force(**inp)
+
+
 def assert_close(actual, expected, dtype: Optional[torch.dtype] = None, atol: Optional[float] = None,
                  rtol: Optional[float] = None, msg: str = "") -> None:
     """Assert |actual - expected| <= atol + rtol * |expected| elementwise, with tolerances by dtype.

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_close, case_id, make_inputs
+from conftest import assert_close, brute_case_id, brute_case_inputs, case_id, make_inputs
 from torch_semimarkov.oracle import (
     brute_force,
     naive_marginals,
@@ -142,16 +142,9 @@ BRUTE_CASES = [
 ]
 
 
-def _brute_id(case):
-    B, T, K, C, _, dt, pr = case
-    return case_id(B, T, K, C, "KCC" if dt else "CC", pr)
-
-
-@pytest.fixture(scope="module", params=BRUTE_CASES, ids=_brute_id)
+@pytest.fixture(scope="module", params=BRUTE_CASES, ids=brute_case_id)
 def brute_case(request):
-    B, T, K, C, lengths, dt, pr = request.param
-    inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj=pr, seed=B * 100 + T * 10 + K + 1)
-    return inp, brute_force(**inp)
+    return brute_case_inputs(request.param, seed_offset=1)
 
 
 def test_partition_marginals_and_gradients_match_brute_force(brute_case):

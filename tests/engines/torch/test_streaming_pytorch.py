@@ -20,6 +20,8 @@ from conftest import (
     CPU_BACKENDS,
     DIFFERENTIABLE,
     assert_close,
+    brute_case_id,
+    brute_case_inputs,
     case_id,
     check_best_segments,
     grads_of,
@@ -115,16 +117,9 @@ BRUTE_CASES = [
 ]
 
 
-def _brute_id(case):
-    B, T, K, C, _, dt, proj = case
-    return case_id(B, T, K, C, "KCC" if dt else "CC", proj)
-
-
-@pytest.fixture(scope="module", params=BRUTE_CASES, ids=_brute_id)
+@pytest.fixture(scope="module", params=BRUTE_CASES, ids=brute_case_id)
 def brute_case(request):
-    B, T, K, C, lengths, dt, proj = request.param
-    inp = make_inputs(B, T, K, C, lengths=lengths, duration_transitions=dt, proj=proj, seed=B * 100 + T * 10 + K)
-    return inp, brute_force(**inp)
+    return brute_case_inputs(request.param)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
