@@ -19,6 +19,14 @@ genes.gb.test once; no test score is looked at before that.
     python examples/gene_finding/ghmm.py --intron-tail --orders 3 --smoothings 2 --ks 960,2000 \
         --no-ablations --no-test --json ghmm_cv_tail.json
 
+A sensor search (``--grid``): CV of the base configuration (the first of ``--orders`` /
+``--smoothings`` at ``--base-k``, ``--intron-tail``) and of each entry of a JSON list of
+``{"tag": ..., "config": {GHMMConfig field: value}}`` overriding it, written to ``--json`` under
+``"grid"`` (``--append`` keeps the entries already there and skips their tags); nothing else runs:
+
+    python examples/gene_finding/ghmm.py --intron-tail --orders 3 --smoothings 2 --base-k 960 \
+        --grid examples/gene_finding/ghmm_sensor_grid.json --json ghmm_cv_sensor_search.json
+
 Outputs in ``--out`` (default examples/gene_finding/results): ``ghmm_cv.json`` (fold scores of every
 configuration, ablations, the chosen configuration, test metrics, timings) and ``test_ghmm.gff3``.
 """
@@ -66,6 +74,11 @@ def parse_args(argv=None):
                    help="every configuration with GHMMConfig.intron_tail = K (geometric intron lengths from K on, "
                         "long introns as tail pieces: no per-piece cost)")
     p.add_argument("--json", default="ghmm_cv.json", help="name of the report in --out")
+    p.add_argument("--grid", default=None,
+                   help="sensor search: a JSON file (or inline JSON) with a list of {\"tag\": ..., \"config\": {...}} "
+                        "overriding the base configuration; runs the base and every entry in CV, nothing else")
+    p.add_argument("--append", action="store_true", help="with --grid: keep the entries of an existing --json "
+                                                         "report and skip the tags already there")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 40 short training loci, 2 folds, orders 2,3, K 120,240; 20 other training loci "
                         "stand in for the test set")
@@ -140,6 +153,51 @@ class Runner:
         return res
 
 
+def run_grid(args, runner: "Runner", report: dict, out_json: str, order: int, smoothing: float, base_k: int,
+             intron_tail: int, log) -> None:
+    """CV of the base configuration and of every grid entry (overrides of it), saved as they finish."""
+    spec = args.grid
+    entries = json.load(open(spec)) if os.path.exists(spec) else json.loads(spec)
+    base = GHMMConfig(order=order, smoothing=smoothing, max_duration=base_k, intron_tail=intron_tail).to_dict()
+    report.update({"base_config": base, "grid_spec": entries, "grid": []})
+    for key in ("search", "k_search", "ablations"):
+        report.pop(key, None)
+    if args.append and os.path.exists(out_json):
+        old = json.load(open(out_json))
+        report["grid"] = old.get("grid", [])
+        report["commands"] = old.get("commands", [old.get("command")]) + [report["command"]]
+        report["grid_spec"] = old.get("grid_spec", []) + [e for e in entries if e not in old.get("grid_spec", [])]
+    done = {r["tag"] for r in report["grid"]}
+
+    def save():
+        with open(out_json, "w") as f:
+            json.dump(report, f, indent=1)
+
+    log(f"[grid] {args.folds}-fold CV of the base configuration and {len(entries)} variants")
+    for tag, over in [("baseline", {})] + [(e["tag"], e.get("config", {})) for e in entries]:
+        if tag in done:
+            log(f"  {tag:<34} (in the report already)")
+            continue
+        unknown = set(over) - set(base)
+        if unknown:
+            raise SystemExit(f"grid entry {tag!r}: no such GHMMConfig fields {sorted(unknown)}")
+        res = runner.cv(tag, GHMMConfig(**{**base, **over}))
+        res["overrides"] = over
+        report["grid"].append(res)
+        done.add(tag)
+        save()
+    ref = next((r for r in report["grid"] if r["tag"] == "baseline"), None)
+    if ref is not None:
+        for r in report["grid"]:
+            r["delta_vs_baseline"] = {k: round(r["mean"][k] - ref["mean"][k], 4) for k in ("exon_f1", "gene_f1")}
+            r["delta_vs_baseline"]["score"] = round(r["score"] - ref["score"], 4)
+    best = max(report["grid"], key=lambda r: r["score"])
+    report["best"] = {"tag": best["tag"], "config": best["config"], "score": best["score"], "cv_mean": best["mean"]}
+    save()
+    log("\nsensor search:\n" + cv_table(report["grid"]))
+    log(f"best: {best['tag']} (score {best['score']}); wrote {out_json}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -159,8 +217,8 @@ def main(argv=None):
     paths = tutorial_data(args.data, download=args.download)
     t = time.perf_counter()
     train = load_genbank(paths["train"])
-    # the smoke run never reads genes.gb.test
-    test = [] if args.quick else load_genbank(paths["test"])
+    # the smoke run and the sensor search (--grid) never read genes.gb.test
+    test = [] if args.quick or args.grid else load_genbank(paths["test"])
     load_s = time.perf_counter() - t
     orders = [int(x) for x in args.orders.split(",")]
     smoothings = [float(x) for x in args.smoothings.split(",")]
@@ -185,6 +243,10 @@ def main(argv=None):
     def save():
         with open(out_json, "w") as f:
             json.dump(report, f, indent=1)
+
+    if args.grid:
+        run_grid(args, runner, report, out_json, orders[0], smoothings[0], base_k, tail(base_k), log)
+        return
 
     # 1. the chains' order and smoothing at the base K
     log(f"[1] {args.folds}-fold CV over the Markov chains' order x smoothing (K = {base_k})")

@@ -272,6 +272,11 @@ class GHMMConfig:
             (``P(n) = P(n >= E) r (1 - r)^(n - E)``, ``1 / r`` the mean of n - E + 1 over the
             training introns of E bases or more), over :class:`~.labels.GeneGrammar` ``(intron_tail=E)``:
             a long intron scores ``log P(n)`` exactly, however K cuts it.
+        signal_order: the signal models' order (:class:`~.sensors.WeightArrayModel`): 1 (default,
+            the first-order WAM) or m > 1 (each window base depends on the m before it, interpolated
+            down to first order); one for every signal or ``{name: order}`` (missing names: 1).
+        intron_order, intergenic_order: the intron / intergenic chains' order; ``None`` (default):
+            ``order`` (the coding chain's).
     """
 
     order: int = 5
@@ -288,6 +293,9 @@ class GHMMConfig:
     five_prime_penalty: float = 1000.0
     signal_contrast: str = "background"
     intron_tail: int = 0
+    signal_order: Union[int, Dict[str, int]] = 1
+    intron_order: Optional[int] = None
+    intergenic_order: Optional[int] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -358,8 +366,9 @@ class GHMM:
         if grammar.intron_tail != tail:
             raise ValueError(f"the grammar's intron_tail ({grammar.intron_tail}) differs from the config's ({tail})")
         K, C = int(config.max_duration), grammar.num_labels
-        content = ContentSensors.fit(records, config.order, config.smoothing, config.background_order)
-        signals = SignalSensors.fit(records, config.windows, config.signal_smoothing)
+        content = ContentSensors.fit(records, config.order, config.smoothing, config.background_order,
+                                     intron_order=config.intron_order, intergenic_order=config.intergenic_order)
+        signals = SignalSensors.fit(records, config.windows, config.signal_smoothing, config.signal_order)
         counts = np.zeros((C, C))
         first, last = np.zeros(C), np.zeros(C)
         exon_durs: Dict[str, List[int]] = {t: [] for t in ("single", "initial", "internal", "terminal")}

@@ -10,9 +10,10 @@ per-position values stay small. :mod:`.ghmm` turns them into the semi-CRF engine
   a given order; coding sequence with one chain per codon position (3-periodic), intron and
   intergenic sequence; a homogeneous background chain of both strands. The minus strand is scored
   by reverse complementing the sequence.
-* **Signal sensors** (:class:`WeightArrayModel`, :class:`SignalSensors`): first-order
-  position-specific models (weight array models, WAM) of a window around splice donors, splice
-  acceptors (with a branch-point region upstream), start codons and stop codons, on either strand.
+* **Signal sensors** (:class:`WeightArrayModel`, :class:`SignalSensors`): first-order (or, with
+  ``order``, higher-order interpolated) position-specific models (weight array models, WAM) of a
+  window around splice donors, splice acceptors (with a branch-point region upstream), start codons
+  and stop codons, on either strand.
 * **Length models** (:class:`LengthDistribution`): smoothed empirical distributions (a kernel
   density estimate on log length) or geometric ones.
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -311,11 +312,20 @@ class WeightArrayModel:
     of a donor) is given separately: sites are scored everywhere and :meth:`consensus` says where
     the consensus is.
 
+    With ``order`` m > 1 the model is an inhomogeneous Markov chain of order m (an m-th order WAM,
+    as in the splice models of GeneSplicer / AUGUSTUS): position i depends on the
+    ``min(m, i)`` bases before it, each order interpolated with the one below as the chains of
+    :class:`MarkovChain` are, ``p_i(x | w) = (n_i(w x) + smoothing * p_i(x | w')) / (n_i(w) + smoothing)``
+    (``w'``: ``w`` without its oldest base) down to the first-order terms above; a base after an
+    unknown one uses the longest known context. ``order=1`` is the first-order model exactly.
+
     Args:
         lo, hi: the window's offsets from the anchor (``lo <= 0 < hi``).
         consensus_offset: offset of the consensus's first base from the anchor.
         patterns: accepted consensus strings (e.g. ``("GT", "GC")``).
-        smoothing: pseudo-count weight of the position's composition in the first-order terms.
+        smoothing: pseudo-count weight of the position's composition in the first-order terms (and
+            of the order below in higher-order terms).
+        order: how many preceding window bases each position depends on (>= 1).
 
     Example:
         >>> wam = WeightArrayModel(-2, 4, 0, ("GT",))
@@ -326,17 +336,24 @@ class WeightArrayModel:
         (True, [4, 8])
     """
 
-    def __init__(self, lo: int, hi: int, consensus_offset: int, patterns: Sequence[str], smoothing: float = 1.0):
+    def __init__(self, lo: int, hi: int, consensus_offset: int, patterns: Sequence[str], smoothing: float = 1.0,
+                 order: int = 1):
         if not lo <= 0 < hi:
             raise ValueError(f"the window must contain its anchor: lo <= 0 < hi, got {lo}, {hi}")
+        if int(order) < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
         self.lo, self.hi, self.width = int(lo), int(hi), int(hi - lo)
         self.consensus_offset = int(consensus_offset)
         self.patterns = tuple(patterns)
         self.smoothing = float(smoothing)
+        self.order = int(order)
         self.num_sites = 0
         self.first = np.zeros(4)  # log p_0(x)
         self.cond = np.zeros((self.width, 4, 4))  # log p_i(x | y) [i, y, x]; row 0 unused
         self.marginal = np.zeros((self.width, 4))  # log p_i(x), for a base after an unknown one
+        # order > 1: higher[i][k] (4**k, 4) log p_i(x | k previous bases) for k = 2..min(order, i),
+        # context as in _context_index (nearest base the lowest digit)
+        self.higher: List[Dict[int, np.ndarray]] = [{} for _ in range(self.width)]
 
     def fit(self, windows: np.ndarray) -> "WeightArrayModel":
         """Estimate from (N, width) code windows of true sites; windows with unknown bases are skipped."""
@@ -352,6 +369,16 @@ class WeightArrayModel:
             pair = np.bincount(w[:, i - 1] * 4 + w[:, i], minlength=16).reshape(4, 4).astype(float)
             cond = (pair + self.smoothing * p[i][None, :]) / (pair.sum(1, keepdims=True) + self.smoothing)
             self.cond[i] = np.log(cond)
+            lower = cond
+            for k in range(2, min(self.order, i) + 1):
+                ctx = np.zeros(n, dtype=np.int64)
+                for j in range(1, k + 1):
+                    ctx += w[:, i - j] * 4 ** (j - 1)
+                cnt = np.bincount(ctx * 4 + w[:, i], minlength=4 ** k * 4).reshape(4 ** k, 4).astype(float)
+                back = lower[np.arange(4 ** k) % 4 ** (k - 1)]
+                pk = (cnt + self.smoothing * back) / (cnt.sum(1, keepdims=True) + self.smoothing)
+                self.higher[i][k] = np.log(pk)
+                lower = pk
         return self
 
     def _window(self, codes: np.ndarray, offset: int) -> np.ndarray:
@@ -384,6 +411,8 @@ class WeightArrayModel:
             else:
                 # after an unknown base: the position's composition
                 term = np.where(prev < UNKNOWN, self.cond[i][np.minimum(prev, 3), xc], self.marginal[i][xc])
+                if self.higher[i]:
+                    term = self._higher_terms(codes, i, xc, term)
             if background is not None:
                 bgw = np.zeros(L)
                 a, b = max(0, -off), min(L, L - off)
@@ -396,6 +425,25 @@ class WeightArrayModel:
             total += term
             prev = x
         return total
+
+    def _higher_terms(self, codes: np.ndarray, i: int, xc: np.ndarray, term: np.ndarray) -> np.ndarray:
+        """Replace the first-order terms of window position i where k >= 2 known bases precede it."""
+        term = term.copy()
+        kmax = max(self.higher[i])
+        run = np.zeros(len(codes), dtype=np.int64)  # known bases directly before position i (capped)
+        alive = np.ones(len(codes), dtype=bool)
+        ctx = np.zeros(len(codes), dtype=np.int64)
+        ctxs = {}
+        for j in range(1, kmax + 1):
+            y = self._window(codes, self.lo + i - j)
+            alive &= y < UNKNOWN
+            run += alive
+            ctx += np.minimum(y, 3) * 4 ** (j - 1)
+            ctxs[j] = ctx.copy()
+        for k in range(2, kmax + 1):
+            sel = run >= k if k == kmax else run == k
+            term[sel] = self.higher[i][k][ctxs[k][sel], xc[sel]]
+        return term
 
     def consensus(self, codes: np.ndarray) -> np.ndarray:
         """(L,) bool: the consensus of a site anchored at each position is there."""
@@ -451,19 +499,21 @@ class SignalSensors:
 
     @classmethod
     def fit(cls, records: Sequence[GenomicRecord], windows: Optional[Dict[str, Tuple[int, int]]] = None,
-            smoothing: float = 1.0) -> "SignalSensors":
+            smoothing: float = 1.0, orders: Union[int, Dict[str, int]] = 1) -> "SignalSensors":
         """Fit every signal's model on the true sites of annotated records (both strands).
 
         ``windows`` overrides a signal's default window ``(lo, hi)`` around its anchor
-        (e.g. ``{"acceptor": (-30, 3)}`` for a shorter branch-point region).
+        (e.g. ``{"acceptor": (-30, 3)}`` for a shorter branch-point region). ``orders``: the
+        models' order (:class:`WeightArrayModel`), one for all or ``{name: order}`` (missing: 1).
         """
         windows = dict(windows or {})
+        orders = {n: int(orders) for n in SIGNAL_NAMES} if isinstance(orders, int) else dict(orders)
         models = {}
         reads = [r for rec in records for r in readings(rec)]
         for name in SIGNAL_NAMES:
             (lo, hi), coff, pats = _SIGNAL_SPECS[name]
             lo, hi = windows.get(name, (lo, hi))
-            wam = WeightArrayModel(lo, hi, coff, pats, smoothing)
+            wam = WeightArrayModel(lo, hi, coff, pats, smoothing, order=orders.get(name, 1))
             rows = []
             for r in reads:
                 anchors = np.asarray(_anchors(r.genes, name), dtype=np.int64)
