@@ -99,6 +99,16 @@ def test_walk_steps_give_every_segmentation_its_probability(i):
                                       cpu(v.duration_bias).double(), cpu(v.lengths), v.K,
                                       None if v.proj_start is None else cpu(v.proj_start).double(),
                                       None if v.proj_end is None else cpu(v.proj_end).double())
+    # a step's log-probabilities depend only on (b, s, c, c1) and are shared by thousands of
+    # segmentations: computed once per step (the same float64 values, summed in the same order)
+    steps = {}
+
+    def step(b, s, c, c1):
+        if (b, s, c, c1) not in steps:
+            z_label, z_dur = _step_logits(v, saved, frames, b, s, c, c1)
+            steps[b, s, c, c1] = (torch.log_softmax(z_label, 0)[c1], torch.log_softmax(z_dur, 0))
+        return steps[b, s, c, c1]
+
     for b, (segs, scores) in enumerate(per_seq):
         assert_close(log_z[b].reshape(1), torch.logsumexp(scores, 0).reshape(1), atol=1e-4, rtol=1e-5)
         exact = torch.log_softmax(scores.detach(), 0)
@@ -107,8 +117,8 @@ def test_walk_steps_give_every_segmentation_its_probability(i):
             s, c = int(v.lengths[b]), v.C
             for sg in reversed(seg):
                 assert sg.end == s
-                z_label, z_dur = _step_logits(v, saved, frames, b, s, c, sg.label)
-                walked[j] += torch.log_softmax(z_label, 0)[sg.label] + torch.log_softmax(z_dur, 0)[s - sg.start - 1]
+                label_lp, dur_lp = step(b, s, c, sg.label)
+                walked[j] += label_lp + dur_lp[s - sg.start - 1]
                 s, c = sg.start, sg.label
         assert_close(walked, exact, atol=2e-5, rtol=0)
 
