@@ -186,7 +186,7 @@ def main(argv=None):
         train_recs = [train_recs[i] for i in rng.permutation(len(train_recs))[:25]]
         test_recs = sorted(test_recs, key=len)[:4]
         cfg_fields.update(max_duration=cfg_fields.get("max_duration", 240), order=2)
-        args.max_iter, args.max_train_length, args.folds = min(args.max_iter, 2), 4000, 2
+        args.max_iter, args.max_train_length, args.folds = min(args.max_iter, 2), min(args.max_train_length, 4000), 2
     config = GHMMConfig(**cfg_fields)
     log(f"train_crf: {len(train_recs)} training loci, {len(test_recs)} test loci, K = {config.max_duration}, "
         f"device {device}, stage {args.stage}")
