@@ -1,6 +1,7 @@
 """GHMMConfig's sensor options (genomics.sensors / genomics.ghmm): higher-order signal models
-(``signal_order``) and separate intron / intergenic chain orders (``intron_order``,
-``intergenic_order``). Their defaults keep the first-order models and one chain order exactly.
+(``signal_order``), separate intron / intergenic chain orders (``intron_order``,
+``intergenic_order``) and a long-intron content chain (``long_intron_content``). Their defaults
+keep the first-order models, one chain order and one intron chain exactly.
 """
 
 import itertools
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig, assemble
-from torch_semimarkov.genomics.records import encode_dna
-from torch_semimarkov.genomics.sensors import SignalSensors, WeightArrayModel
+from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord, encode_dna
+from torch_semimarkov.genomics.sensors import ContentSensors, SignalSensors, WeightArrayModel
 
 from test_genomics_sensors import training_loci
 
@@ -88,3 +89,44 @@ def test_ghmm_config_sensor_options():
     assert all(m.order == 2 for m in other.signals.models.values())
     changed = assemble(other.features(rec))
     assert not np.allclose(changed.cum_scores.numpy(), assemble(plain.features(rec)).cum_scores.numpy())
+
+
+def _two_intron_locus(rng, name: str, short: int = 50, long: int = 300) -> GenomicRecord:
+    """One + gene whose short intron is A/T only and whose long intron is C/G only (GT ... AG)."""
+    at = lambda n: "".join(rng.choice(list("AT"), n))  # noqa: E731
+    gc = lambda n: "".join(rng.choice(list("CG"), n))  # noqa: E731
+    parts = ["CCAAA" * 10, "ATG" + "GCC" * 9, "GT" + at(short - 4) + "AG", "AAG" * 10,
+             "GT" + gc(long - 4) + "AG", "GAG" * 9 + "CTG", "TAA", "CCAAA" * 10]
+    seq = "".join(parts)
+    a = 50
+    exons = [(a, a + 30), (a + 30 + short, a + 60 + short), (a + 60 + short + long, a + 90 + short + long)]
+    return GenomicRecord(name, seq, [Gene("g", "+", tuple(Exon(s, e) for s, e in exons))])
+
+
+def test_long_intron_content_chain():
+    rng = np.random.default_rng(0)
+    loci = [_two_intron_locus(rng, f"r{i}") for i in range(6)]
+    one = ContentSensors.fit(loci, order=1, smoothing=1.0)
+    two = ContentSensors.fit(loci, order=1, smoothing=1.0, long_intron=200)
+    assert one.intron_long is None and two.intron_long is not None
+    gc = lambda chain: float(np.exp(chain.tables[0][0, 0, [1, 2]]).sum())  # noqa: E731  P(C) + P(G)
+    assert gc(two.intron) < 0.15 and gc(two.intron_long) > 0.95 and gc(two.intron) + 0.5 < gc(one.intron) < 0.95
+    # the other chains do not change
+    for name in ("coding", "intergenic", "background"):
+        for x, y in zip(getattr(one, name).tables, getattr(two, name).tables):
+            assert np.array_equal(x, y)
+    sc = two.scores(encode_dna(loci[0].sequence))
+    assert {"intron_long+", "intron_long-"} <= set(sc) and "intron_long+" not in one.scores(encode_dna("ACGT"))
+    # in the GHMM: intron labels read the short-intron chain, the long introns' pieces the long one
+    with pytest.raises(ValueError):
+        GHMM.fit(loci, GHMMConfig(order=1, max_duration=240, long_intron_content=True))
+    model = GHMM.fit(loci, GHMMConfig(order=1, max_duration=240, intron_tail=200, long_intron_content=True))
+    feats = model.features(loci[0])
+    emis = feats.dense("content_intron")["emission"]
+    sc = model.content.scores(encode_dna(loci[0].sequence))
+    g = model.grammar
+    assert np.allclose(emis[:, g.index["+intron(0)"]], sc["intron+"])
+    assert np.allclose(emis[:, g.index["-intron(1)"]], sc["intron-"])
+    assert np.allclose(emis[:, g.index["+intron(2)[tail]"]], sc["intron_long+"])
+    assert np.allclose(emis[:, g.index["-intron(0)[end]"]], sc["intron_long-"])
+    assert not np.allclose(sc["intron+"], sc["intron_long+"])

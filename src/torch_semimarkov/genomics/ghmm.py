@@ -277,6 +277,10 @@ class GHMMConfig:
             down to first order); one for every signal or ``{name: order}`` (missing names: 1).
         intron_order, intergenic_order: the intron / intergenic chains' order; ``None`` (default):
             ``order`` (the coding chain's).
+        long_intron_content: ``False`` (default): one intron chain. ``True`` (needs ``intron_tail``
+            = E): the intron labels (introns shorter than E) read a chain fitted on the introns
+            shorter than E, a long intron's tail and end pieces one fitted on the introns of E bases
+            or more (:meth:`~.sensors.ContentSensors.fit` ``long_intron=E``).
     """
 
     order: int = 5
@@ -296,6 +300,7 @@ class GHMMConfig:
     signal_order: Union[int, Dict[str, int]] = 1
     intron_order: Optional[int] = None
     intergenic_order: Optional[int] = None
+    long_intron_content: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -366,8 +371,11 @@ class GHMM:
         if grammar.intron_tail != tail:
             raise ValueError(f"the grammar's intron_tail ({grammar.intron_tail}) differs from the config's ({tail})")
         K, C = int(config.max_duration), grammar.num_labels
+        if config.long_intron_content and tail is None:
+            raise ValueError("long_intron_content needs intron_tail > 0 (the long introns' pieces read its chain)")
         content = ContentSensors.fit(records, config.order, config.smoothing, config.background_order,
-                                     intron_order=config.intron_order, intergenic_order=config.intergenic_order)
+                                     intron_order=config.intron_order, intergenic_order=config.intergenic_order,
+                                     long_intron=tail if config.long_intron_content else None)
         signals = SignalSensors.fit(records, config.windows, config.signal_smoothing, config.signal_order)
         counts = np.zeros((C, C))
         first, last = np.zeros(C), np.zeros(C)
@@ -533,9 +541,17 @@ class GHMM:
 
         comps["content_intergenic"] = Component("content_intergenic", emission=[
             Term(content["intergenic"][:, None], label_index(lambda lab: 0 if lab.kind == "intergenic" else -1))])
-        comps["content_intron"] = Component("content_intron", emission=[
-            Term(np.stack([content["intron+"], content["intron-"]], 1),
-                 label_index(lambda lab: -1 if lab.kind != "intron" else (0 if lab.strand == "+" else 1)))])
+        if "intron_long+" in content:
+            # introns shorter than E (intron labels) and long introns' pieces read their own chains
+            comps["content_intron"] = Component("content_intron", emission=[
+                Term(np.stack([content["intron+"], content["intron-"], content["intron_long+"],
+                               content["intron_long-"]], 1),
+                     label_index(lambda lab: -1 if lab.kind != "intron" else
+                                 (0 if lab.strand == "+" else 1) + (2 if lab.piece is not None else 0)))])
+        else:
+            comps["content_intron"] = Component("content_intron", emission=[
+                Term(np.stack([content["intron+"], content["intron-"]], 1),
+                     label_index(lambda lab: -1 if lab.kind != "intron" else (0 if lab.strand == "+" else 1)))])
         comps["content_coding"] = self._frame_component("content_coding", content["coding+"], content["coding-"])
 
         # in-frame stop codons: -P at the codon's first base as codon position 0, per strand

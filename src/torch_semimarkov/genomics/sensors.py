@@ -131,6 +131,16 @@ def readings(record: GenomicRecord) -> Tuple[Reading, Reading]:
     return out[0], out[1]
 
 
+def _long_intron_mask(reading: Reading, min_length: int) -> np.ndarray:
+    """(L,) bool: bases of the reading's introns of ``min_length`` bases or more."""
+    out = np.zeros(len(reading.codes), dtype=bool)
+    for exons in reading.genes:
+        for (a0, b0), (a1, b1) in zip(exons, exons[1:]):
+            if a1 - b0 >= min_length:
+                out[b0:a1] = True
+    return out
+
+
 # --------------------------------------------------------------------------- Markov chains
 
 
@@ -260,20 +270,30 @@ class ContentSensors:
     intron: MarkovChain
     intergenic: MarkovChain
     background: MarkovChain
+    intron_long: Optional[MarkovChain] = None
 
     @classmethod
     def fit(cls, records: Sequence[GenomicRecord], order: int = 5, smoothing: float = 5.0,
             background_order: int = 4, intron_order: Optional[int] = None,
-            intergenic_order: Optional[int] = None) -> "ContentSensors":
-        """Fit every chain on annotated records (orders default to ``order``)."""
+            intergenic_order: Optional[int] = None, long_intron: Optional[int] = None) -> "ContentSensors":
+        """Fit every chain on annotated records (orders default to ``order``).
+
+        ``long_intron`` = E: two intron chains, ``intron`` on the bases of introns shorter than E
+        and ``intron_long`` on those of introns of E bases or more (``None``: one chain of all).
+        """
         reads = [r for rec in records for r in readings(rec)]
         io = order if intron_order is None else intron_order
         go = order if intergenic_order is None else intergenic_order
         coding = MarkovChain(order, smoothing, period=3).fit((r.codes, r.codon_pos) for r in reads)
-        intron = MarkovChain(io, smoothing).fit((r.codes, np.where(r.intron, 0, -1)) for r in reads)
-        inter = MarkovChain(go, smoothing).fit((r.codes, np.where(r.intergenic, 0, -1)) for r in reads)
         bg = MarkovChain(background_order, smoothing).fit((r.codes, None) for r in reads)
-        return cls(coding, intron, inter, bg)
+        inter = MarkovChain(go, smoothing).fit((r.codes, np.where(r.intergenic, 0, -1)) for r in reads)
+        if long_intron is None:
+            intron = MarkovChain(io, smoothing).fit((r.codes, np.where(r.intron, 0, -1)) for r in reads)
+            return cls(coding, intron, inter, bg)
+        longs = [_long_intron_mask(r, int(long_intron)) for r in reads]
+        intron = MarkovChain(io, smoothing).fit((r.codes, np.where(r.intron & ~m, 0, -1)) for r, m in zip(reads, longs))
+        intron_long = MarkovChain(io, smoothing).fit((r.codes, np.where(m, 0, -1)) for r, m in zip(reads, longs))
+        return cls(coding, intron, inter, bg, intron_long)
 
     def scores(self, codes: np.ndarray) -> Dict[str, np.ndarray]:
         """Per-position log-likelihood ratios of a record's codes (record coordinates).
@@ -284,7 +304,8 @@ class ContentSensors:
         * ``"coding+"`` / ``"coding-"`` (L, 3): base t as codon position p of a gene on the + / -
           strand (the - strand reads the reverse complement, right to left);
         * ``"intron+"`` / ``"intron-"`` (L,): base t in an intron of a + / - strand gene;
-        * ``"intergenic"`` (L,): base t intergenic (read on the + strand).
+        * ``"intergenic"`` (L,): base t intergenic (read on the + strand);
+        * with ``intron_long``: ``"intron_long+"`` / ``"intron_long-"`` (L,): base t in a long intron.
         """
         codes = np.asarray(codes)
         rc = reverse_complement(codes)
@@ -296,6 +317,9 @@ class ContentSensors:
             "intron+": self.intron.log_probs(codes)[:, 0] - bg,
             "intron-": self.intron.log_probs(rc)[::-1, 0] - bg,
             "intergenic": self.intergenic.log_probs(codes)[:, 0] - bg,
+            **({} if self.intron_long is None else {
+                "intron_long+": self.intron_long.log_probs(codes)[:, 0] - bg,
+                "intron_long-": self.intron_long.log_probs(rc)[::-1, 0] - bg}),
         }
 
 
