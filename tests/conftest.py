@@ -83,9 +83,54 @@ if os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("TSM_INTERPRETER
     _skip_nested_interpreter_patching()
 
 
+def _compile_each_numba_kernel_once() -> None:
+    """On a clean clone the numba engine's kernels are not yet in their disk cache (``cache=True``)
+    and compiling them is most of the first numba tests' time; pytest-xdist workers that need the
+    same kernel at the same time would each compile it. A lock file per cached kernel makes the
+    second worker wait and then load what the first one saved (numba checks its disk cache before
+    compiling, under the lock). Kernels are compiled exactly as before (same options, same code);
+    only who compiles them changes. ``TSM_NUMBA_COMPILE_LOCK=0`` turns this off."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    try:
+        from numba.core.caching import NullCache
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.dispatcher import Dispatcher
+    except ImportError:
+        return
+    folder = Path(tempfile.gettempdir()) / f"torch-semimarkov-numba-locks-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    held: set = set()  # kernels this process is compiling (numba compiles a kernel's callees inside it)
+    compile_ = Dispatcher.compile
+
+    def compile(self, sig):
+        if isinstance(getattr(self, "_cache", None), NullCache):
+            return compile_(self, sig)
+        fn = self.py_func
+        key = f"{fn.__module__}.{fn.__qualname__}:{fn.__code__.co_filename}"
+        # numba's own (re-entrant) lock first: one thread of this process takes file locks at a time
+        with global_compiler_lock:
+            if key in held:
+                return compile_(self, sig)
+            with open(folder / (hashlib.sha1(key.encode()).hexdigest() + ".lock"), "w") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)  # a kernel's callees are below it: no cycle between workers
+                held.add(key)
+                try:
+                    return compile_(self, sig)
+                finally:
+                    held.discard(key)
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+
+    Dispatcher.compile = compile
+
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one pytest-xdist worker per core: torch's intra-op threads would only oversubscribe them
     torch.set_num_threads(1)
+    if os.environ.get("TSM_NUMBA_COMPILE_LOCK", "") in ("", "1"):
+        _compile_each_numba_kernel_once()
 
 from torch_semimarkov.core.segments import Segment
 
