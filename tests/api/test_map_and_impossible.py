@@ -38,26 +38,42 @@ def _proj(inp, b, key):
     return None if inp[key] is None else inp[key][b]
 
 
-def _seg_score(inp, b, segs):
-    """Unnormalised log-probability of one segmentation, written here from the model's definition
-    (independent of the library): the first segment's phantom term is logsumexp of the
-    transition column; a forbidden entry (-inf or <= -1e9) makes it -inf."""
+def _scorer(inp, b):
+    """``_seg_score(inp, b, .)`` with the model's tables read once (as Python floats; the same
+    float64 additions in the same order as reading them per segment), for the enumerations."""
     S = inp["cum_scores"][b].double()
     Tr = inp["transition"].double()
     Tr = torch.where(Tr <= -1e9, torch.full_like(Tr, NEG), Tr)
     D = inp["duration_bias"].double()
     D = torch.where(D <= -1e9, torch.full_like(D, NEG), D)
     ps, pe = _proj(inp, b, "proj_start"), _proj(inp, b, "proj_end")
-    total, prev = 0.0, None
-    for s, e, c in segs:
-        k = e - s
-        M = Tr if Tr.dim() == 2 else Tr[k - 1]
-        total += float(S[e, c] - S[s, c]) + float(D[k - 1, c])
-        total += 0.0 if ps is None else float(ps[s, c])
-        total += 0.0 if pe is None else float(pe[e - 1, c])
-        total += float(torch.logsumexp(M[:, c], 0)) if prev is None else float(M[prev, c])
-        prev = c
-    return total
+    S_, D_ = S.tolist(), D.tolist()
+    ps_ = None if ps is None else ps.tolist()
+    pe_ = None if pe is None else pe.tolist()
+    Ms = [Tr] if Tr.dim() == 2 else list(Tr)
+    M_ = [M.tolist() for M in Ms]
+    first = [[float(torch.logsumexp(M[:, c], 0)) for c in range(M.shape[1])] for M in Ms]
+
+    def score(segs):
+        total, prev = 0.0, None
+        for s, e, c in segs:
+            k = e - s
+            m = 0 if len(Ms) == 1 else k - 1
+            total += (S_[e][c] - S_[s][c]) + D_[k - 1][c]
+            total += 0.0 if ps_ is None else ps_[s][c]
+            total += 0.0 if pe_ is None else pe_[e - 1][c]
+            total += first[m][c] if prev is None else M_[m][prev][c]
+            prev = c
+        return total
+
+    return score
+
+
+def _seg_score(inp, b, segs):
+    """Unnormalised log-probability of one segmentation, written here from the model's definition
+    (independent of the library): the first segment's phantom term is logsumexp of the
+    transition column; a forbidden entry (-inf or <= -1e9) makes it -inf."""
+    return _scorer(inp, b)(segs)
 
 
 def _all_segmentations(L, K, C):
@@ -73,7 +89,8 @@ def _all_segmentations(L, K, C):
 def _best_by_enumeration(inp, b):
     """(best log-probability score, log Z) of sequence b by enumerating every segmentation."""
     L, K, C = int(inp["lengths"][b]), inp["K"], inp["cum_scores"].shape[-1]
-    scores = [_seg_score(inp, b, segs) for segs in _all_segmentations(L, K, C)]
+    score = _scorer(inp, b)
+    scores = [score(segs) for segs in _all_segmentations(L, K, C)]
     return max(scores), float(torch.logsumexp(torch.tensor(scores, dtype=F64), 0))
 
 
