@@ -5,6 +5,8 @@ fix-ups and repairs) against the oracles and the sequential kernels."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -21,10 +23,12 @@ CC_IDS = [i for c, i in zip(CASES, IDS) if not c[-1]]
 
 @pytest.fixture(params=[(4, 4, 2, 4), (2, 2, 4, None)], ids=["bt4-rb4-cb2-chunk4", "bt2-rb2-cb4-onechunk"])
 def blocked(request, monkeypatch):
-    """The blocked engine with small tiles: several chunks of 4 (or K) positions, or one chunk."""
+    """The blocked engine with small tiles: several chunks of 4 (or K) positions, or one chunk;
+    marginal tiles of (BT, RB, CB) (starts, durations, labels) too."""
     bt, rb, cb, chunk = request.param
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (bt, rb, cb))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (bt, rb, cb))
     if chunk is not None:
         monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
     else:
@@ -245,3 +249,28 @@ def test_samples_walk_the_blocked_engines_rows_exactly(i, blocked):
     labels, starts, _ = _kernel_walk(v, uniforms, 4)
     ref_labels, ref_starts = _reference_walk(v, saved, frames, cpu(v.lengths), uniforms)
     assert torch.equal(cpu(labels), ref_labels) and torch.equal(cpu(starts), ref_starts)
+
+
+@pytest.mark.parametrize("mode", ["tiled", "log"])
+def test_blocked_marginal_tiles_match_the_position_kernel(mode, monkeypatch):
+    """The blocked engine's marginal tiles (``_blk_seg_kernel``) against the per-position kernel on
+    one forward: scores x 20 make some tiles' bounds too wide for linear space (summed term by term)
+    and some negligible (skipped), so every path of the tile runs ("log": every tile term by term)."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    monkeypatch.setattr(launch, "STATS", True)
+    inp = inputs((2, 40, 8, 5, None, "none", False), seed=5)
+    inp["cum_scores"] = inp["cum_scores"] * 20
+    v = validated(inp)
+    p = _plan(v, "log")
+    z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                     plan=dataclasses.replace(p, marg=mode))
+    got = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None,
+                                 plan=dataclasses.replace(p, marg=mode), state=state)
+    n_lin, n_log, n_skip = cpu(launch.LAST_MARG_STATS).sum((0, 1)).tolist()
+    assert n_log > 0 and n_skip > 0 and (n_lin > 0) == (mode == "tiled"), (n_lin, n_log, n_skip)
+    want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None,
+                                  plan=dataclasses.replace(p, marg="position"), state=state)
+    _assert_grads_close(got, want)

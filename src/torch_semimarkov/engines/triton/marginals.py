@@ -168,6 +168,7 @@ if HAS_TRITON:
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
         ONE_KB: tl.constexpr = False,  # K <= K_BLOCK: one duration block
+        SEG: tl.constexpr = True,  # False: P_start and the duration marginals come from ``_blk_seg_kernel``
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence.
 
@@ -211,30 +212,31 @@ if HAS_TRITON:
             tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
 
         # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z);
-        # P_start(s, c) = sum_k P_seg(s, k, c)
-        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
-        for kb in range(0, K, K_BLOCK):
-            k = kb + 1 + ok
-            vk0 = k <= K
-            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
-            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
-            # every position's rows are loaded one iteration early (they do not depend on the
-            # loop): the loads' latency overlaps the previous position's arithmetic
-            z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
-                                x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
-            for s in range(s0, s1):
-                z = z_n
-                z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
-                                    cum_b, me_b, C, A, HAS_MASK)
-                p = tl.exp(z)
-                acc += p
-                # this program alone owns row s; the same threads load and store it
-                if ONE_KB:
-                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
-                else:
-                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
-                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
-            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
+        # P_start(s, c) = sum_k P_seg(s, k, c) (SEG; else ``_blk_seg_kernel`` wrote P_start)
+        if SEG:
+            wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+            for kb in range(0, K, K_BLOCK):
+                k = kb + 1 + ok
+                vk0 = k <= K
+                dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
+                acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
+                # every position's rows are loaded one iteration early (they do not depend on the
+                # loop): the loads' latency overlaps the previous position's arithmetic
+                z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
+                                    x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+                for s in range(s0, s1):
+                    z = z_n
+                    z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
+                                        cum_b, me_b, C, A, HAS_MASK)
+                    p = tl.exp(z)
+                    acc += p
+                    # this program alone owns row s; the same threads load and store it
+                    if ONE_KB:
+                        tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                    else:
+                        pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                        tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+                tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
         tl.debug_barrier()
 
         # P_trans(s, c', c) = softmax_{c'}(alpha_s(c') + Tr[c', c]) * P_start(s, c)
@@ -249,6 +251,174 @@ if HAS_TRITON:
             acc_tr += e * p[None, :]
         wtr_b = wtr_ptr + (b * NCH + ch) * C * C
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
+
+    @triton.jit
+    def _blk_seg_kernel(
+        cum_ptr,  # (B, T+1, C)
+        db_ptr,  # (K, C) duration bias (the log-space tiles)
+        ed_ptr,  # (K + BK, C_PAD) float32: exp(D[k-1, c] - MD_c), zero past K and where impossible
+        md_ptr,  # (C_PAD,) float32: MD_c, the largest possible D of each label
+        len_ptr,  # (B,)
+        anc_ptr,  # (B, NA) float64: log Z at the anchors (ANCHOR: (B,) float64, log Z of the sequence)
+        w_ptr,  # (B, T+1, C) U_hat
+        f_ptr,  # (B, T+1) float64 forward frames
+        x_ptr,  # (B, T+1, C) Y_hat
+        g_ptr,  # (B, T+1) float64 backward frames
+        pst_ptr,  # (B, T, C) float32 out: P_start(s, c) (ANCHOR: (B, NA, NS) float32 out, the sums)
+        wdb_ptr,  # (B, NCH, K, C) float32 out, zero-initialised: duration marginals of the chunk
+        sc_ptr,  # (B, NCH, 2, BE, CB) float32 scratch: the tile's end rows (linear, log)
+        sg_ptr,  # (B, NCH, BE) float64 scratch: the tile's end frames (log)
+        st_ptr,  # (B, NCH, 3) int32 out (STATS): tiles run in linear space, in log space, skipped
+        C, K, CH, NCH, A, NA, s_cum_b, s_a_b, s_f_b, s_p_b,
+        C_PAD: tl.constexpr,
+        BS: tl.constexpr,
+        BK: tl.constexpr,
+        CB: tl.constexpr,
+        BE: tl.constexpr,
+        IDX64: tl.constexpr = False,
+        LOG_ONLY: tl.constexpr = False,
+        STATS: tl.constexpr = False,
+        ANCHOR: tl.constexpr = False,
+        NS: tl.constexpr = 1,
+    ):
+        """P_start and the duration marginals of the starts s0 <= s < s1 of one sequence as
+        (BS, BK, CB) tiles over (start, duration, label): the large-K path of
+        ``_shared_factored_kernel``'s segment loop (the blocked engine). ANCHOR: instead, program
+        (b, j·NS + p) sums the probabilities (under the sequence's log Z) of the segments covering
+        the anchor q = min(j·A, L-1) whose start lies in the p-th share of [q - K + 1, q]: the
+        host's ``log Z + log sum`` is the anchor's log Z (``_anchor_kernel``'s value).
+
+        ``log P_seg(s, k, c) = a_s(c) + D[k-1, c] + y_{s+k}(c) + kappa(c)`` with ``a`` the start
+        rows (U_hat, -S relative to the block's first start s_b, and the frames f_s - log Z + g at
+        e_b = s_b + kb + 1, rounded once), ``y`` the end rows (Y_hat, the frames and +S relative to
+        e_b) and ``kappa = S_{e_b} - S_{s_b}``, so that every part is small in float32. A tile is a product in linear space, ``exp(a + my + MD + kappa) · ED[k] · exp(y - my)``
+        (the end rows exponentiated once per tile into the scratch, then gathered by s + k): no
+        exponential per term. Its bound ``max a + max y + MD + kappa`` says whether that is exact:
+        above 27 a term of probability >= e^-60 could underflow, so the tile is summed term by term
+        in log space; below -80 every term is below e^-80 and the tile is skipped."""
+        b = tl.program_id(0).to(tl.int64)
+        ch = tl.program_id(1)
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        os_ = tl.arange(0, BS)
+        okk = tl.arange(0, BK)
+        oe = tl.arange(0, BE)
+        ob = tl.arange(0, CB)
+        cum_b = cum_ptr + b * s_cum_b
+        w_b = w_ptr + b * s_a_b
+        x_b = x_ptr + b * s_a_b
+        f_b = f_ptr + b * s_f_b
+        g_b = g_ptr + b * s_f_b
+        pst_b = pst_ptr + b * s_p_b
+        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
+        lin_b = sc_ptr + (b * NCH + ch) * (2 * BE * CB)
+        log_b = lin_b + BE * CB
+        sg_b = sg_ptr + (b * NCH + ch) * BE
+        gidx = (os_[:, None] + okk[None, :])[:, :, None] * CB + ob[None, None, :]
+        if ANCHOR:
+            j = ch // NS
+            part = ch % NS
+            q = tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1)
+            lzg = tl.load(anc_ptr + b)
+            lo = tl.maximum(q - K + 1, 0)
+            per = ((q + 1 - lo + NS - 1) // NS + BS - 1) // BS * BS
+            s0 = lo + part * per
+            s1 = tl.minimum(s0 + per, q + 1)
+        else:
+            anc_b = anc_ptr + b * NA
+            s0 = ch * CH
+            s1 = tl.minimum(s0 + CH, L)
+        tot = tl.zeros([CB], dtype=tl.float32)
+        n_lin = ch * 0
+        n_log = ch * 0
+        n_skip = ch * 0
+        for cb in range(0, C, CB):
+            cols = cb + ob
+            mcol = cols < C
+            md = tl.load(md_ptr + cols)
+            for sb in range(s0, s1, BS):
+                si = sb + os_
+                vs = si < s1
+                sp = tl.where(vs, si, sb)
+                m2s = vs[:, None] & mcol[None, :]
+                if ANCHOR:
+                    fs = tl.load(f_b + sp) - lzg
+                    kb0 = tl.maximum(q - sb - BS + 1, 0) // BK * BK
+                else:
+                    fs = tl.load(f_b + sp) - anchor_log_z(anc_b, sp, L, A)
+                    kb0 = 0
+                s_ref = tl.load(cum_b + sb * C + cols, mask=mcol, other=0.0)
+                sa = (tl.load(cum_b + sp[:, None] * C + cols[None, :], mask=m2s, other=0.0) - s_ref[None, :]).to(tl.float32)
+                a0 = tl.load(w_b + sp[:, None] * C + cols[None, :], mask=m2s, other=MASK) - sa
+                acc_s = tl.zeros([BS, CB], dtype=tl.float32)
+                for kb in range(kb0, tl.minimum(K, L - sb), BK):
+                    er = sb + kb + 1
+                    e = er + oe
+                    ve = (e <= L) & (oe < BS + BK - 1)
+                    ep = tl.where(ve, e, er)
+                    m2e = ve[:, None] & mcol[None, :]
+                    g_ref = tl.load(g_b + er)
+                    c_ref = tl.load(cum_b + er * C + cols, mask=mcol, other=0.0)
+                    ge = tl.load(g_b + ep)
+                    y0 = tl.load(x_b + ep[:, None] * C + cols[None, :], mask=m2e, other=MASK)
+                    y0 += (tl.load(cum_b + ep[:, None] * C + cols[None, :], mask=m2e, other=0.0) - c_ref[None, :]).to(tl.float32)
+                    y0 = tl.where(m2e, y0, MASK)
+                    y = y0 + (ge - g_ref).to(tl.float32)[:, None]
+                    my = tl.max(y, 0)
+                    # the start rows carry the frames f_s - log Z_s + g_{e_b}, rounded once to float32
+                    a = tl.where(m2s, a0 + (fs + g_ref).to(tl.float32)[:, None], MASK)
+                    ma = tl.max(a, 0)
+                    kap = (c_ref - s_ref).to(tl.float32)
+                    bound = tl.where(mcol & (ma > -1e29) & (my > -1e29), ma + my + md + kap, 2 * MASK)
+                    hi = tl.max(bound, 0)
+                    k = kb + 1 + okk
+                    if hi < -80.0:
+                        n_skip += 1
+                    else:
+                        use_log = hi > 27.0
+                        if LOG_ONLY:
+                            use_log = hi > -1e30
+                        if use_log:
+                            n_log += 1
+                            # term by term, the frames f_s - log Z_s + g_e summed in float64 per
+                            # (start, end) and rounded once, as ``_shared_factored_kernel`` does
+                            tl.store(log_b + oe[:, None] * CB + ob[None, :], y0)
+                            tl.store(sg_b + oe, ge)
+                            tl.debug_barrier()
+                            dv = tl.load(db_ptr + (k[:, None] - 1) * C + cols[None, :],
+                                         mask=(k[:, None] <= K) & mcol[None, :], other=MASK).to(tl.float32)
+                            y3 = tl.load(log_b + gidx)
+                            fr2 = (fs[:, None] + tl.load(sg_b + os_[:, None] + okk[None, :])).to(tl.float32)
+                            t3 = tl.exp(a0[:, None, :] + fr2[:, :, None] + dv[None, :, :] + y3 + kap[None, None, :])
+                        else:
+                            n_lin += 1
+                            tl.store(lin_b + oe[:, None] * CB + ob[None, :], tl.exp(y - my[None, :]))
+                            tl.debug_barrier()
+                            ed = tl.load(ed_ptr + (k[:, None] - 1) * C_PAD + cols[None, :])
+                            a2 = tl.exp(a + (my + md + kap)[None, :])
+                            y3 = tl.load(lin_b + gidx)
+                            t3 = (a2[:, None, :] * ed[None, :, :]) * y3
+                        if ANCHOR:
+                            # only the segments that cover q: s + k > q
+                            cover = (k[None, :] > q - si[:, None])[:, :, None]
+                            tot += tl.sum(tl.sum(tl.where(cover, t3, 0.0), 1), 0)
+                        else:
+                            acc_s += tl.sum(t3, 1)
+                            wp = wdb_b + (k[:, None] - 1) * C + cols[None, :]
+                            mk = (k[:, None] <= K) & mcol[None, :]
+                            tl.store(wp, tl.load(wp, mask=mk, other=0.0) + tl.sum(t3, 0), mask=mk)
+                        # the next tile rewrites the scratch and the workspace rows other threads read
+                        tl.debug_barrier()
+                if not ANCHOR:
+                    tl.store(pst_b + sp[:, None] * C + cols[None, :], acc_s, mask=m2s)
+        if ANCHOR:
+            tl.store(pst_ptr + (b * NA + j) * NS + part, tl.sum(tot, 0))
+        if STATS:
+            st = st_ptr + (b * NCH + ch) * 3
+            tl.store(st, n_lin)
+            tl.store(st + 1, n_log)
+            tl.store(st + 2, n_skip)
 
     @triton.jit
     def _anchor_duration_tr_kernel(

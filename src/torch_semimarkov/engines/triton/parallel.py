@@ -10,6 +10,7 @@ the plan, and the offsets are summed in a fixed order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -196,9 +197,11 @@ def dense_durations(duration_bias: torch.Tensor, K: int) -> bool:
     return bool(((lo > -1e29) & (hi - lo <= LINEAR_SPREAD)).all())
 
 
-def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan):
-    """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``):
-    ``ED (K + BT + RB, C_PAD) float32 = exp(D[k-1, c] - MD_c)`` (zero for impossible entries, past
+def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: Optional[int] = None):
+    """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``)
+    and marginal tiles (``marginals._blk_seg_kernel``, ``pad`` its BK):
+    ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - MD_c)`` (``pad`` = BT + RB of the linear tile
+    by default; zero for impossible entries, past
     K and on padded labels), ``MD (C_PAD,) float32`` the largest possible D of each label (0 where
     none is) and ``(2, C_PAD) int32`` the first and last possible duration of each label (an
     empty range, (K + 1, 0), where none is)."""
@@ -208,8 +211,10 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan):
     fin = d > -1e29
     md = torch.where(fin, d, float("-inf")).amax(0)
     md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
-    bt, rb, _ = plan.linear_tile
-    ed = torch.zeros((K + bt + rb, plan.c_pad), device=dev, dtype=torch.float32)
+    if pad is None:
+        bt, rb, _ = plan.linear_tile
+        pad = bt + rb
+    ed = torch.zeros((K + pad, plan.c_pad), device=dev, dtype=torch.float32)
     ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
     k = torch.arange(1, K + 1, device=dev)[:, None]
     kr = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.int32)

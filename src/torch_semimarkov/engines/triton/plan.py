@@ -52,6 +52,20 @@ BLOCKED_LINEAR: Optional[bool] = None
 #: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43).
 LINEAR_TILE = (32, 64, 16)
 
+#: The blocked engine's marginals (``marginals._blk_seg_kernel``): "tiled" (default: (start,
+#: duration, label) tiles, in linear space where exact, else term by term), "log" (tests: every
+#: tile term by term) or "position" (the per-position kernel of the register-ring engine).
+BLOCKED_MARGINALS = "tiled"
+
+#: (BS, BK, CB) of the blocked engine's marginal tiles: starts, durations, labels.
+MARG_TILE = (32, 32, 16)
+
+#: Tests set this to a small (BS, BK, CB) to exercise the marginal tiles at small sizes.
+MARG_OVERRIDE: Optional[tuple] = None
+
+#: Warps of the blocked engine's marginal tiles.
+MARG_WARPS = 4
+
 #: Warps of the blocked memory-ring engine.
 BLOCKED_WARPS = 8
 
@@ -76,6 +90,8 @@ class KernelPlan:
         K: the effective maximum duration min(K, T).
         bt, rb, cb: the blocked memory-ring kernel's tile (``blocked.py``): positions per block,
             ring rows and labels per (BT, RB, CB) tile of its block sums.
+        marg, marg_tile, marg_warps: the blocked engine's marginals (:data:`BLOCKED_MARGINALS`),
+            their (BS, BK, CB) tile and warps.
         linear, linear_tile: whether the blocked kernel's log-semiring block sums may run as
             products in linear space, and their (BT, RB, CB) tile (None: where the duration
             bias allows; unmasked calls only; the max semiring and masks sum term by term).
@@ -101,6 +117,9 @@ class KernelPlan:
     cb: int = 16
     linear: Optional[bool] = False
     linear_tile: tuple = LINEAR_TILE
+    marg: str = "position"
+    marg_tile: tuple = MARG_TILE
+    marg_warps: int = MARG_WARPS
 
     @property
     def packed_backpointers(self) -> bool:
@@ -260,7 +279,9 @@ def make_plan(
             kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
             c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
             idx64=idx64, bt=bt, rb=rb, cb=cb, linear=BLOCKED_LINEAR,
-            linear_tile=BLOCK_OVERRIDE or LINEAR_TILE)
+            linear_tile=BLOCK_OVERRIDE or LINEAR_TILE, marg=BLOCKED_MARGINALS,
+            marg_tile=tuple(min(x, c_pad) if i == 2 else x for i, x in enumerate(MARG_OVERRIDE or MARG_TILE)),
+            marg_warps=MARG_WARPS)
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms

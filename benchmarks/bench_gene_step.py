@@ -1,0 +1,93 @@
+"""GPU benchmark: the gene finder's own training step (``examples/gene_finding/train_crf.py``), old
+marginal kernel against the blocked engine's marginal tiles, in one run.
+
+The step is one L-BFGS evaluation of the feature CRF: the NLL of the gold labellings of every
+training locus up to ``--max-length`` bases, forward and backward, in the batches ``train_crf.py``
+makes (sorted by length, at most ``--max-batch`` loci each), over the GHMM with intron tails that
+cross-validation chose (order 3, smoothing 2, K = 960, E = 960: 59 labels), fitted on
+``genes.gb.train`` (CPU, seconds). Medians of ``--runs`` steps (CUDA-synchronised wall time) after
+one warm-up, the engines interleaved; the two engines' losses and gradients compared.
+
+    python benchmarks/bench_gene_step.py --data examples/gene_finding/data --out $OUT/gene_step.json
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "gene_finding"))
+from train_crf import batches  # noqa: E402
+
+from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
+from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack  # noqa: E402
+from torch_semimarkov.genomics.genbank import load_genbank, tutorial_data  # noqa: E402
+from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=os.path.join(ROOT, "examples", "gene_finding", "data"))
+    p.add_argument("--max-length", type=int, default=20000)
+    p.add_argument("--max-batch", type=int, default=128)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--modes", default="position,tiled", help="BLOCKED_MARGINALS values compared")
+    p.add_argument("--out", default="/tmp/gene_step.json")
+    args = p.parse_args()
+    t0 = time.perf_counter()
+    recs = load_genbank(tutorial_data(args.data)["train"])
+    ghmm = GHMM.fit(recs, GHMMConfig(order=3, smoothing=2.0, max_duration=960, intron_tail=960))
+    use = [r for r in recs if len(r.sequence) <= args.max_length]
+    feats = [ghmm.features(r) for r in use]
+    lengths = [f.T for f in feats]
+    dev = torch.device("cuda")
+    packed = [pack([feats[i] for i in g], [use[i].genes for i in g], device=dev, dtype=torch.float32,
+                   grammar=ghmm.grammar) for g in batches(list(range(len(use))), lengths, args.max_batch)]
+    crf = FeatureCRF(ghmm).to(dev)
+    params = [q for q in crf.parameters() if q.requires_grad]
+    loci = float(len(use))
+    setup_s = time.perf_counter() - t0
+    print(f"{len(use)} loci, {sum(lengths)} bases, {len(packed)} batches, setup {setup_s:.1f} s", flush=True)
+
+    def step():
+        for q in params:
+            q.grad = None
+        total = 0.0
+        for b in packed:
+            nll = crf.nll(b, torch.float32)
+            loss = torch.where(torch.isfinite(nll), nll, torch.zeros_like(nll)).sum().double() / loci
+            loss.backward()
+            total += float(loss.detach())
+        torch.cuda.synchronize()
+        return total
+
+    modes = args.modes.split(",")
+    times = {m: [] for m in modes}
+    result = {}
+    for m in modes:  # warm-up (compiles) and the outputs compared below
+        plan_mod.BLOCKED_MARGINALS = m
+        loss = step()
+        result[m] = (loss, [q.grad.detach().double().clone() for q in params])
+    for _ in range(args.runs):
+        for m in modes:
+            plan_mod.BLOCKED_MARGINALS = m
+            t = time.perf_counter()
+            step()
+            times[m].append(time.perf_counter() - t)
+    a, b = result[modes[0]], result[modes[-1]]
+    rel = max(float((x - y).abs().max() / y.abs().max().clamp(min=1e-30)) for x, y in zip(a[1], b[1]))
+    rep = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "loci": len(use),
+           "bases": int(sum(lengths)), "batches": len(packed), "labels": ghmm.grammar.num_labels if hasattr(ghmm.grammar, "num_labels") else None,
+           "K": 960, "setup_s": setup_s, "step_s": {m: times[m] for m in modes},
+           "median_s": {m: statistics.median(times[m]) for m in modes},
+           "loss": {m: result[m][0] for m in modes}, "grad_rel_diff": rel}
+    print(json.dumps(rep, indent=1), flush=True)
+    json.dump(rep, open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
