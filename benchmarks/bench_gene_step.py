@@ -36,6 +36,7 @@ def main():
     p.add_argument("--max-batch", type=int, default=128)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--modes", default="position,tiled", help="BLOCKED_MARGINALS values compared")
+    p.add_argument("--profile", action="store_true", help="per-kernel CUDA time and host time of one step (last mode)")
     p.add_argument("--out", default="/tmp/gene_step.json")
     args = p.parse_args()
     t0 = time.perf_counter()
@@ -78,13 +79,27 @@ def main():
             t = time.perf_counter()
             step()
             times[m].append(time.perf_counter() - t)
+    prof_rows = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        t = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
+        wall = time.perf_counter() - t
+        ev = prof.key_averages()
+        cuda = sorted(((e.key[:60], e.self_device_time_total / 1e3, e.count) for e in ev), key=lambda r: -r[1])[:15]
+        host = sorted(((e.key[:60], e.self_cpu_time_total / 1e3, e.count) for e in ev), key=lambda r: -r[1])[:15]
+        prof_rows = {"wall_ms": wall * 1e3, "cuda_total_ms": sum(e.self_device_time_total for e in ev) / 1e3,
+                     "cuda_self_ms": cuda, "host_self_ms": host}
+        print(json.dumps(prof_rows, indent=1), flush=True)
     a, b = result[modes[0]], result[modes[-1]]
     rel = max(float((x - y).abs().max() / y.abs().max().clamp(min=1e-30)) for x, y in zip(a[1], b[1]))
     rep = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "loci": len(use),
            "bases": int(sum(lengths)), "batches": len(packed), "labels": ghmm.grammar.num_labels if hasattr(ghmm.grammar, "num_labels") else None,
            "K": 960, "setup_s": setup_s, "step_s": {m: times[m] for m in modes},
-           "median_s": {m: statistics.median(times[m]) for m in modes},
-           "loss": {m: result[m][0] for m in modes}, "grad_rel_diff": rel}
+           "median_s": {m: statistics.median(times[m]) if times[m] else None for m in modes},
+           "loss": {m: result[m][0] for m in modes}, "grad_rel_diff": rel, "profile": prof_rows}
     print(json.dumps(rep, indent=1), flush=True)
     json.dump(rep, open(args.out, "w"), indent=1)
 
