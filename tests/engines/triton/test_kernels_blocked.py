@@ -274,3 +274,18 @@ def test_blocked_marginal_tiles_match_the_position_kernel(mode, monkeypatch):
     want = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None,
                                   plan=dataclasses.replace(p, marg="position"), state=state)
     _assert_grads_close(got, want)
+
+
+def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
+    """``idx64`` (positions and row offsets in int64, for (T+1)·C near 2^31) gives the marginal
+    tiles' and the anchors' outputs bitwise equal to the int32 indexing."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=7))
+    p = _plan(v, "log")
+    assert p.marg == "tiled" and not p.idx64
+    outs = [_forward_backward(v, dataclasses.replace(p, idx64=wide)) for wide in (False, True)]
+    for a, b in zip((outs[0][0], *outs[0][1]), (outs[1][0], *outs[1][1])):
+        assert torch.equal(cpu(a), cpu(b))

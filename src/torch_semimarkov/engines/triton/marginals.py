@@ -327,7 +327,7 @@ if HAS_TRITON:
             s1 = tl.minimum(s0 + per, q + 1)
         else:
             anc_b = anc_ptr + b * NA
-            s0 = ch * CH
+            s0 = tl.cast(ch, L.dtype) * CH  # int64 positions where (T+1)·C may pass 2^31 (IDX64)
             s1 = tl.minimum(s0 + CH, L)
         tot = tl.zeros([CB], dtype=tl.float32)
         n_lin = ch * 0
