@@ -1,0 +1,43 @@
+"""Probe (issue 25, GPU_NOTES 50): the blocked engine's Viterbi (max-semiring block sums, term by term)
+against its tile (BT, RB, CB) and warps, at the genomics shapes, on one H200 run. The default tile
+(16, 32, 16), 8 warps, is the log-space forward's choice (GPU_NOTES 32); the max semiring keeps only
+a running maximum and its duration per (position, label), so it may afford larger tiles.
+
+    python benchmarks/probes/viterbi_tiles.py     # $OUT/viterbi_tiles.json
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bench_parallel import make_inputs, median_ms  # noqa: E402
+
+from torch_semimarkov import semi_crf_streaming_viterbi  # noqa: E402
+from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
+
+out = os.path.join(os.environ.get("OUT", "/tmp"), "viterbi_tiles.json")
+res = []
+TILES = [((16, 32, 16), 8), ((32, 32, 16), 8), ((32, 64, 16), 8), ((16, 64, 16), 8), ((64, 32, 16), 8),
+         ((32, 32, 32), 8), ((16, 32, 16), 4), ((32, 64, 16), 16)]
+for B, T, K, C in [(4, 100000, 960, 47), (16, 20000, 960, 47), (32, 3000, 960, 47)]:
+    cum, tr, db, lengths = make_inputs(B, T, K, C)
+    ref = None
+    for tile, warps in TILES:
+        plan_mod.BLOCK_OVERRIDE = tile
+        plan_mod.BLOCKED_WARPS = warps
+        try:
+            r = semi_crf_streaming_viterbi(cum, tr, db, lengths, K)
+            same = None
+            if ref is None:
+                ref = r
+            else:
+                same = bool(torch.equal(r.scores, ref.scores)) and bool(torch.equal(r.labels, ref.labels))
+            ms = median_ms(lambda: semi_crf_streaming_viterbi(cum, tr, db, lengths, K), min_runs=3, budget_s=1.0)
+        except Exception as e:  # a tile that does not compile
+            ms, same = repr(e)[:160], None
+        row = {"shape": [B, T, K, C], "tile": tile, "warps": warps, "viterbi_ms": ms, "equal_to_default": same}
+        print(row, flush=True)
+        res.append(row)
+        json.dump(res, open(out, "w"), indent=1)
