@@ -72,20 +72,6 @@ def test_compiled_training_loss_equals_eager_without_recompiling(backend, option
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
-def test_compiled_with_validation_still_raises():
-    """validate=True under compile: the checks run in an opaque operator inside the graph (no graph
-    break, so fullgraph=True captures the step) and raise the eager error."""
-    model = _Model()
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", dynamic=True)
-    x, lengths, labels = _batch(20, [20, 11], seed=3)
-    assert torch.isfinite(compiled(x, lengths, labels))
-    labels[1, 2] = 7  # out of range inside the sequence
-    for fn in (compiled, model):
-        with pytest.raises(ValueError, match="labels must lie in .* sequence 1 has label 7 at position 2"):
-            fn(x, lengths, labels)
-
-
 def test_compiled_with_validation_raises_for_an_infinite_loss():
     """validate=True under compile: a gold segmentation the model forbids still raises, with the
     segment and the reason."""
@@ -106,7 +92,10 @@ def test_compiled_with_validation_raises_for_an_infinite_loss():
 def test_compile_as_users_call_it_with_validation(options):
     """``torch.compile(model)`` and ``torch.compile(model, fullgraph=True, dynamic=True)`` of encoder +
     head with the default ``validate=True``: loss and gradients equal eager, one graph for new
-    lengths and T, and a bad label raises the eager error from inside the full graph."""
+    lengths and T, and under both a bad label raises the eager error. The checks run in an opaque
+    operator inside the graph (no graph break, so fullgraph=True captures the step). (This test
+    also holds what test_compiled_with_validation_still_raises checked with a compile of its own:
+    a valid batch gives a finite loss, then label 7 raises, compiled and eager.)"""
     for opts in ({}, {"fullgraph": True, "dynamic": True}):
         torch.manual_seed(0)
         model = _Model(**options)
@@ -116,10 +105,12 @@ def test_compile_as_users_call_it_with_validation(options):
         _assert_compiled_equals_eager(model, compiled, [(40, [40, 27]), (53, [53, 9])])
         if opts:
             assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
-            x, lengths, labels = _batch(20, [20, 11], seed=3)
-            labels[1, 2] = 7
-            with pytest.raises(ValueError, match="sequence 1 has label 7 at position 2"):
-                compiled(x, lengths, labels)
+        x, lengths, labels = _batch(20, [20, 11], seed=3)
+        assert torch.isfinite(compiled(x, lengths, labels))
+        labels[1, 2] = 7  # out of range inside the sequence
+        for fn in (compiled, model):
+            with pytest.raises(ValueError, match="labels must lie in .* sequence 1 has label 7 at position 2"):
+                fn(x, lengths, labels)
 
 
 def test_compiled_engine_function_fullgraph_and_gradients():
