@@ -187,51 +187,55 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     return public_score(out), state
 
 
-def _blk_anchors(rows_in, plan: KernelPlan, cum_scores, duration_bias, w_hat, lz, B, n_anchor):
+def _blk_tiles(plan: KernelPlan, duration_bias):
+    """What both launches of ``marginals._blk_seg_kernel`` share: the tile, its warps and the
+    duration tables ``ED`` / ``MD`` (``parallel.linear_duration_tables``, made once per backward)."""
+    from torch_semimarkov.engines.triton.parallel import linear_duration_tables
+
+    bs, bk, cb = plan.marg_tile
+    ed, md, _ = linear_duration_tables(duration_bias, plan, pad=bk)
+    return dict(db_ptr=duration_bias, ed_ptr=ed, md_ptr=md, BS=bs, BK=bk, CB=cb, BE=next_pow2(bs + bk - 1),
+                LOG_ONLY=plan.marg == "log", num_warps=plan.marg_warps)
+
+
+def _blk_scratch(tiles, B, programs, dev):
+    """Per-program scratch of ``_blk_seg_kernel``: the tile's end rows (linear, log) and end frames."""
+    be, cb = tiles["BE"], tiles["CB"]
+    return dict(sc_ptr=torch.empty((B, programs, 2, be, cb), device=dev, dtype=torch.float32),
+                sg_ptr=torch.empty((B, programs, be), device=dev, dtype=torch.float64))
+
+
+def _blk_anchors(rows_in, tiles, cum_scores, w_hat, lz, B, n_anchor):
     """The anchors' log Z (B, NA) float64 of the blocked engine by ``marginals._blk_seg_kernel``
     (``ANCHOR``): each anchor's covering segments summed under the sequence's log Z ``lz`` (B,),
     its starts split over NS programs so that the anchors fill the GPU."""
     from torch_semimarkov.engines.triton.marginals import _blk_seg_kernel
-    from torch_semimarkov.engines.triton.parallel import linear_duration_tables
 
-    bs, bk, cb = plan.marg_tile
-    be = next_pow2(bs + bk - 1)
     dev = cum_scores.device
     ns = max(1, min(16, next_pow2(-(-2 * _sms(dev) // (B * n_anchor)))))
-    ed, md, _ = linear_duration_tables(duration_bias, plan, pad=bk)
     sums = torch.zeros((B, n_anchor, ns), device=dev, dtype=torch.float32)
-    scratch = torch.empty((B, n_anchor * ns, 2, be, cb), device=dev, dtype=torch.float32)
-    sg = torch.empty((B, n_anchor * ns, be), device=dev, dtype=torch.float64)
     keys = ("len_ptr", "f_ptr", "x_ptr", "g_ptr", "C", "K", "A", "NA", "s_cum_b", "s_a_b", "s_f_b", "C_PAD", "IDX64")
-    _blk_seg_kernel[(B, n_anchor * ns)](**{k: rows_in[k] for k in keys}, cum_ptr=cum_scores, db_ptr=duration_bias,
-                                        ed_ptr=ed, md_ptr=md, anc_ptr=lz, w_ptr=w_hat, pst_ptr=sums, wdb_ptr=sums,
-                                        sc_ptr=scratch, sg_ptr=sg, st_ptr=sums, CH=1, NCH=n_anchor * ns, s_p_b=0,
-                                        BS=bs, BK=bk, CB=cb, BE=be, LOG_ONLY=plan.marg == "log",
-                                        ANCHOR=True, NS=ns, num_warps=plan.marg_warps)
+    _blk_seg_kernel[(B, n_anchor * ns)](**{k: rows_in[k] for k in keys}, **tiles,
+                                        **_blk_scratch(tiles, B, n_anchor * ns, dev), cum_ptr=cum_scores,
+                                        anc_ptr=lz, w_ptr=w_hat, pst_ptr=sums, wdb_ptr=sums, st_ptr=sums, CH=1,
+                                        NCH=n_anchor * ns, s_p_b=0, ANCHOR=True, NS=ns)
     tot = sums.double().sum(-1)
     return lz[:, None] + torch.log(torch.where(tot > 0, tot, torch.ones_like(tot)))
 
 
-def _blk_segments(marg, plan: KernelPlan, duration_bias, w_hat, wdb, B, nch):
+def _blk_segments(marg, tiles, w_hat, wdb, B, nch):
     """P_start (into ``marg["pst_ptr"]``) and the per-chunk duration marginals (into ``wdb``) of the
     blocked engine by ``marginals._blk_seg_kernel``. With ``STATS`` set, the kernel's tile counts
     (linear, log space, skipped) per (sequence, chunk) are kept in ``LAST_MARG_STATS``."""
     global LAST_MARG_STATS
     from torch_semimarkov.engines.triton.marginals import _blk_seg_kernel
-    from torch_semimarkov.engines.triton.parallel import linear_duration_tables
 
-    bs, bk, cb = plan.marg_tile
-    be = next_pow2(bs + bk - 1)
-    ed, md, _ = linear_duration_tables(duration_bias, plan, pad=bk)
     dev = wdb.device
-    scratch = torch.empty((B, nch, 2, be, cb), device=dev, dtype=torch.float32)
-    sg = torch.empty((B, nch, be), device=dev, dtype=torch.float64)
     st = torch.zeros((B, nch, 3), device=dev, dtype=torch.int32)
-    keys = ("cum_ptr", "db_ptr", "len_ptr", "anc_ptr", "f_ptr", "x_ptr", "g_ptr", "pst_ptr", "C", "K", "CH", "NCH",
+    keys = ("cum_ptr", "len_ptr", "anc_ptr", "f_ptr", "x_ptr", "g_ptr", "pst_ptr", "C", "K", "CH", "NCH",
             "A", "NA", "s_cum_b", "s_a_b", "s_f_b", "s_p_b", "C_PAD", "IDX64")
-    _blk_seg_kernel[(B, nch)](**{k: marg[k] for k in keys}, ed_ptr=ed, md_ptr=md, w_ptr=w_hat, wdb_ptr=wdb,
-                              sc_ptr=scratch, sg_ptr=sg, st_ptr=st, BS=bs, BK=bk, CB=cb, BE=be,
-                              LOG_ONLY=plan.marg == "log", STATS=STATS, num_warps=plan.marg_warps)
+    _blk_seg_kernel[(B, nch)](**{k: marg[k] for k in keys}, **tiles, **_blk_scratch(tiles, B, nch, dev),
+                              w_ptr=w_hat, wdb_ptr=wdb, st_ptr=st, STATS=STATS)
     if STATS:
         LAST_MARG_STATS = st
 
@@ -317,7 +321,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
             **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
             out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None)
     elif tiled:
-        anchors = _blk_anchors(rows_in, plan, cum_scores, duration_bias, w_hat, torch.where(ok, lz, 0.0), B, n_anchor)
+        tiles = _blk_tiles(plan, duration_bias)
+        anchors = _blk_anchors(rows_in, tiles, cum_scores, w_hat, torch.where(ok, lz, 0.0), B, n_anchor)
     else:
         extra = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
         # the blocked engine's few anchors of O(K²·C) each: split every anchor's starts over NS
@@ -341,7 +346,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         if tiled:
             wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-            _blk_segments(marg, plan, duration_bias, w_hat, wdb, B, nch)
+            _blk_segments(marg, tiles, w_hat, wdb, B, nch)
         else:
             wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
