@@ -17,7 +17,9 @@ from torch._dynamo.utils import counters
 from conftest import CPU_BACKENDS, assert_close
 from torch_semimarkov import SemiMarkovCRFHead, semi_crf_streaming_forward
 from torch_semimarkov import ops
+from torch_semimarkov.core.constants import IMPOSSIBLE, NEG_INF
 from torch_semimarkov.core.cumsum import cumsum_time
+from torch_semimarkov.core.validation import forbid
 
 
 class _Model(torch.nn.Module):
@@ -70,6 +72,15 @@ def test_compiled_training_loss_equals_eager_without_recompiling(backend, option
     # new lengths, then new T: one graph for all of them
     _assert_compiled_equals_eager(model, compiled, [(40, [40, 27]), (40, [13, 40]), (53, [53, 9]), (31, [31, 31])])
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+def test_forbid_fills_with_impossible():
+    """``forbid`` writes IMPOSSIBLE as a literal (a module-level float would be a symbolic input
+    under dynamic compile and make dynamo trace the graph twice): it must stay IMPOSSIBLE."""
+    for dtype in (torch.float32, torch.float64):
+        t = torch.tensor([float("-inf"), NEG_INF, NEG_INF * 2, NEG_INF / 2, 0.0], dtype=dtype)
+        want = torch.tensor([IMPOSSIBLE, IMPOSSIBLE, IMPOSSIBLE, NEG_INF / 2, 0.0], dtype=dtype)
+        assert torch.equal(forbid(t), want)
 
 
 def test_compiled_with_validation_raises_for_an_infinite_loss():

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from torch_semimarkov.core.constants import BOUNDARY_VALUES, IMPOSSIBLE, NEG_INF
+from torch_semimarkov.core.constants import BOUNDARY_VALUES, NEG_INF
 from torch_semimarkov.core.values import check_input_values
 
 SEMIRINGS = ("log", "max")
@@ -65,7 +65,11 @@ def debug_checks() -> bool:
 
 def forbid(t: torch.Tensor) -> torch.Tensor:
     """``t`` with every forbidden entry (``-inf`` or ``<= NEG_INF``) set to ``IMPOSSIBLE``."""
-    return torch.where(t <= NEG_INF, torch.full_like(t, IMPOSSIBLE), t)
+    # the fill is IMPOSSIBLE written as a literal (tests/api/test_compile.py checks that they are
+    # equal): torch.compile(dynamic=True) makes a module-level float a symbolic input, and a
+    # symbolic fill value of full_like makes dynamo restart its analysis with the float
+    # specialised, so every dynamic compile of a model with the head traced it twice
+    return torch.where(t <= NEG_INF, torch.full_like(t, -1e30), t)
 
 
 def check_lengths(lengths, B: int) -> torch.Tensor:
