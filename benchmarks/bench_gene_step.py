@@ -1,12 +1,14 @@
-"""GPU benchmark: the gene finder's own training step (``examples/gene_finding/train_crf.py``), old
-marginal kernel against the blocked engine's marginal tiles, in one run.
+"""GPU benchmark: the gene finder's own training step (``examples/gene_finding/train_crf.py``) under
+several engine settings in one run (``--modes``: the marginal kernel, and the block sums in log
+space or linear space).
 
 The step is one L-BFGS evaluation of the feature CRF: the NLL of the gold labellings of every
 training locus up to ``--max-length`` bases, forward and backward, in the batches ``train_crf.py``
 makes (sorted by length, at most ``--max-batch`` loci each), over the GHMM with intron tails that
 cross-validation chose (order 3, smoothing 2, K = 960, E = 960: 59 labels), fitted on
 ``genes.gb.train`` (CPU, seconds). Medians of ``--runs`` steps (CUDA-synchronised wall time) after
-one warm-up, the engines interleaved; the two engines' losses and gradients compared.
+one warm-up, the modes interleaved; losses, gradients (against the first mode) and, for linear block
+sums, how many tiles were recomputed term by term compared.
 
     python benchmarks/bench_gene_step.py --data examples/gene_finding/data --out $OUT/gene_step.json
 """
@@ -23,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gene_finding"))
 from train_crf import batches  # noqa: E402
 
+from torch_semimarkov.engines.triton import parallel  # noqa: E402
 from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
 from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack  # noqa: E402
 from torch_semimarkov.genomics.genbank import load_genbank, tutorial_data  # noqa: E402
@@ -35,7 +38,10 @@ def main():
     p.add_argument("--max-length", type=int, default=20000)
     p.add_argument("--max-batch", type=int, default=128)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--modes", default="position,tiled", help="BLOCKED_MARGINALS values compared")
+    p.add_argument("--modes", default="position,tiled",
+                   help="modes compared: BLOCKED_MARGINALS[:BLOCKED_LINEAR], e.g. tiled:False,tiled:None "
+                        "(the marginal kernel, then the block sums: None default, False log space, 1 or 3 "
+                        "linear with that period)")
     p.add_argument("--profile", action="store_true", help="per-kernel CUDA time and host time of one step (last mode)")
     p.add_argument("--out", default="/tmp/gene_step.json")
     args = p.parse_args()
@@ -69,13 +75,27 @@ def main():
     modes = args.modes.split(",")
     times = {m: [] for m in modes}
     result = {}
+    recomputed = {}
+    settings = {"None": None, "False": False, "True": True, "1": 1, "3": 3}
+
+    def set_mode(m):
+        marg, _, lin = m.partition(":")
+        plan_mod.BLOCKED_MARGINALS = marg
+        plan_mod.BLOCKED_LINEAR = settings[lin or "None"]
+
     for m in modes:  # warm-up (compiles) and the outputs compared below
-        plan_mod.BLOCKED_MARGINALS = m
+        set_mode(m)
+        parallel.RECOMPUTED = []
         loss = step()
+        counts = [(int(a), int(b)) for a, b in parallel.RECOMPUTED]
+        parallel.RECOMPUTED = None
+        recomputed[m] = {"tiles_recomputed": sum(a for a, _ in counts), "tiles_per_pass": sum(b for _, b in counts),
+                         "launches": len(counts)}
+        print(m, "loss", loss, recomputed[m], flush=True)
         result[m] = (loss, [q.grad.detach().double().clone() for q in params])
     for _ in range(args.runs):
         for m in modes:
-            plan_mod.BLOCKED_MARGINALS = m
+            set_mode(m)
             t = time.perf_counter()
             step()
             times[m].append(time.perf_counter() - t)
@@ -93,13 +113,15 @@ def main():
         prof_rows = {"wall_ms": wall * 1e3, "cuda_total_ms": sum(e.self_device_time_total for e in ev) / 1e3,
                      "cuda_self_ms": cuda, "host_self_ms": host}
         print(json.dumps(prof_rows, indent=1), flush=True)
-    a, b = result[modes[0]], result[modes[-1]]
-    rel = max(float((x - y).abs().max() / y.abs().max().clamp(min=1e-30)) for x, y in zip(a[1], b[1]))
+    # each mode's gradients against the first mode's, relative to the largest
+    rel = {m: max(float((x - y).abs().max() / y.abs().max().clamp(min=1e-30))
+                  for x, y in zip(result[m][1], result[modes[0]][1])) for m in modes[1:]}
     rep = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "loci": len(use),
            "bases": int(sum(lengths)), "batches": len(packed), "labels": ghmm.grammar.num_labels if hasattr(ghmm.grammar, "num_labels") else None,
            "K": 960, "setup_s": setup_s, "step_s": {m: times[m] for m in modes},
            "median_s": {m: statistics.median(times[m]) if times[m] else None for m in modes},
-           "loss": {m: result[m][0] for m in modes}, "grad_rel_diff": rel, "profile": prof_rows}
+           "loss": {m: result[m][0] for m in modes}, "grad_rel_diff": rel, "recomputed": recomputed,
+           "profile": prof_rows}
     print(json.dumps(rep, indent=1), flush=True)
     json.dump(rep, open(args.out, "w"), indent=1)
 

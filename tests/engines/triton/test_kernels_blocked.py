@@ -167,13 +167,33 @@ def _unit_duration_case():
     return dict(inp, duration_bias=d)
 
 
-@pytest.mark.parametrize("make", [_underflow_case, _unit_duration_case], ids=["underflow", "unit-durations"])
-@pytest.mark.parametrize("linear", [True, False], ids=["linear", "log-space"])
-def test_blocked_block_sums_linear_and_log_space(make, linear, monkeypatch):
-    """The log-semiring block sums as linear-space products (``_tile_linear``, the default) and
-    term by term (``BLOCKED_LINEAR = False``) both give the oracle's log Z and the sequential
-    kernels' gradients, also where the linear sums underflow (a tile recomputed in log space:
-    without that recomputation the underflow case's log Z is -inf) or are truly empty."""
+def _residue_case():
+    """A gene grammar's durations (``GeneGrammar.duration_mask``) on a small K: label 0 one
+    position long (intergenic pieces), labels 1 and 2 coding (durations of one residue modulo 3
+    from 3 on), label 3 an intron (4..K), label 4 a fixed-length piece (exactly K), with a trend
+    in k (``cumulative_scores``' k·mu); start scores scaled up so that rows of one duration class
+    outweigh the others by far more than float32 holds (the GHMM's signal scores)."""
+    inp = inputs((2, 40, 9, 5, "ragged", "start", False), seed=7)
+    k = torch.arange(1, 10)[:, None]
+    ok = torch.stack([k[:, 0] == 1, (k[:, 0] % 3 == 0) & (k[:, 0] >= 3), (k[:, 0] % 3 == 2) & (k[:, 0] >= 5),
+                      k[:, 0] >= 4, k[:, 0] == 9], 1)
+    d = torch.where(ok, inp["duration_bias"] + 0.7 * k, torch.tensor(float("-inf")))
+    return dict(inp, duration_bias=d, proj_start=inp["proj_start"] * 40.0)
+
+
+@pytest.mark.parametrize("make, linear, period", [
+    (_underflow_case, True, 1), (_underflow_case, False, 0), (_underflow_case, 3, 3),
+    (_unit_duration_case, True, 3), (_unit_duration_case, False, 0),
+    (_residue_case, None, 3), (_residue_case, 1, 1)],
+    ids=["underflow-linear", "underflow-log-space", "underflow-residue-classes", "unit-durations-linear",
+         "unit-durations-log-space", "residues-by-default", "residues-one-shift"])
+def test_blocked_block_sums_linear_and_log_space(make, linear, period, monkeypatch):
+    """The log-semiring block sums as linear-space products (``_tile_linear``: one shift per
+    label, ``PERIOD`` 1, or per residue class of the rows, 3) and term by term (``BLOCKED_LINEAR
+    = False``) all give the oracle's log Z and the sequential kernels' gradients, also where the
+    linear sums underflow (a tile recomputed in log space: without that recomputation the
+    underflow case's log Z is -inf) or are truly empty. A gene grammar's durations take the
+    residue classes by default."""
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
@@ -182,9 +202,16 @@ def test_blocked_block_sums_linear_and_log_space(make, linear, monkeypatch):
     v = validated(inp)
     p = _plan(v, "log")
     assert p.linear == linear and p.n_chunks >= 3
+    assert parallel.linear_period(v.duration_bias, v.K, p.linear) == period
+    monkeypatch.setattr(parallel, "RECOMPUTED", [])
     z, got = _forward_backward(v, p)
+    recomputed = sum(int(n) for n, _ in parallel.RECOMPUTED)
     assert_close(cpu(z), naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
     _assert_grads_close(got, _forward_backward(v, None)[1])
+    if make is _residue_case:
+        # one shift per label: its largest row is often a duration the label may not take, and
+        # the tile is recomputed term by term; per residue class (with exact edge rows): never
+        assert (recomputed == 0) == (period == 3), recomputed
 
 
 def test_linear_duration_tables():
@@ -194,12 +221,19 @@ def test_linear_duration_tables():
     p = plan_mod.make_plan(1, 100, 3, 3, time_parallel=None)
     p = plan_mod.KernelPlan(**{**p.__dict__, "linear_tile": (4, 2, 2), "c_pad": 4, "K": 3})
     ed, md, kr = parallel.linear_duration_tables(d.clamp(min=-1e30), p)
-    assert ed.shape == (3 + 4 + 2, 4)
-    assert md.tolist() == [0.0, 0.0, 3.0, 0.0]
+    assert ed.shape == (3 + 4 + 3 * 2 + 3, 4)
+    assert md.tolist() == [[0.0, 0.0, 3.0, 0.0], [0.0] * 4]
     assert torch.allclose(ed[:3, 0], torch.exp(torch.tensor([0.0, -2.0, -1.0])))
     assert ed[:, 1].abs().sum() == 0 and ed[3:].abs().sum() == 0 and ed[:, 3].abs().sum() == 0
     assert torch.allclose(ed[:3, 2], torch.tensor([float(torch.exp(torch.tensor(-4.0))), 0.0, 1.0]))
-    assert kr.tolist() == [[1, 4, 1, 4], [3, 0, 3, 0]]
+    # first and last possible duration, their shared residue modulo 3 (none: labels 0 and 2 take
+    # durations of several residues, 1 and 3 none), the recomputation counter
+    assert kr.tolist() == [[1, 4, 1, 4], [3, 0, 3, 0], [-1, -1, -1, -1], [0, 0, 0, 0]]
+    # with the trend taken out (a duration bias linear in k: ED all ones where possible)
+    d = torch.tensor([[0.5, -1.0], [1.0, float("-inf")], [1.5, -3.0]])
+    ed, md, _ = parallel.linear_duration_tables(d.clamp(min=-1e30), p, trend=True)
+    assert torch.allclose(md[1, :2], torch.tensor([0.5, -1.0])) and torch.allclose(md[0, :2], torch.tensor([0.0, 0.0]))
+    assert torch.allclose(ed[:3, :2], torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]))
 
 
 def test_linear_block_sums_by_default_only_for_dense_durations():
@@ -215,6 +249,35 @@ def test_linear_block_sums_by_default_only_for_dense_durations():
     d[9, 1] = -60.0
     assert not parallel.dense_durations(d, 10)
     assert plan_mod.make_plan(4, 100000, 960, 47).linear is None
+
+
+def test_linear_block_sums_by_residue_class_for_gene_grammars():
+    """A gene grammar's durations (each label's possible durations all of its range, or all of it in
+    one residue modulo 3) take the linear sums with one shift per residue class (PERIOD 3) by
+    default; other gaps in a label's range, or a spread over 50 nats, keep the log-space sums."""
+    from torch_semimarkov.genomics.labels import GeneGrammar
+
+    for grammar in (GeneGrammar(), GeneGrammar(intron_tail=40)):
+        ok = grammar.duration_mask(60)
+        d = torch.where(ok, torch.randn(ok.shape), torch.tensor(float("-inf")))
+        assert not parallel.dense_durations(d, 60) and parallel.residue_durations(d, 60)
+        assert parallel.linear_period(d, 60) == 3 and parallel.linear_period(d, 60, True) == 3
+        assert parallel.linear_period(d, 60, False) == 0 and parallel.linear_period(d, 60, 1) == 1
+        res = parallel._residues(d > -1e29)
+        assert [int(res[grammar.index[n]]) for n in ("N", "+initial(1)", "+internal(2,0)", "+intron(0)")] == \
+            [-1, 1, 1, -1]
+        wide = d.clone()
+        wide[59, grammar.index["+intron(1)"]] = -60.0
+        assert parallel.linear_period(wide, 60) == 0
+    # a trend in k (cumulative_scores' k·mu): dense but spanning 100 nats, 0.4 after the trend
+    d = 0.5 * torch.arange(1, 201.0)[:, None] + 0.1 * torch.rand(200, 3)
+    assert not parallel.dense_durations(d, 200) and parallel.linear_period(d, 200) == 3
+    d = torch.randn(10, 4)
+    d[4, 1] = float("-inf")  # a gap in the middle of label 1's range, not a residue class
+    assert not parallel.residue_durations(d, 10) and parallel.linear_period(d, 10) == 0
+    assert parallel.linear_period(d, 10, True) == 1
+    with pytest.raises(ValueError, match="plan.linear"):
+        parallel.linear_period(d, 10, 2)
 
 
 def test_large_rings_plan_the_blocked_engine():

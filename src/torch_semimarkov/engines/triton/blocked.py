@@ -71,10 +71,10 @@ if HAS_TRITON:
 
     @triton.jit
     def _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol, orr,
-                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
-        """The old rows rho = r0 .. r0 + RB - 1 of the block after q0, in the block's frame H with
-        the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
-        rho = r0 + orr
+                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr, STEP: tl.constexpr):
+        """The old rows rho = r0, r0 + STEP, .., r0 + STEP·(RB - 1) of the block after q0, in the
+        block's frame H with the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
+        rho = r0 + STEP * orr
         if REVERSE:
             r = q0 + rho
             ok = (rho < K) & (r <= L)
@@ -109,7 +109,7 @@ if HAS_TRITON:
                                other=0)
         for r0 in range(0, K, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE)
+                                      orr, HAS_IN, REVERSE, 1)
             # duration k = i + rho of row rho at position i
             kk = ii[:, None] + rho[None, :]
             vk = vi[:, None] & ok[None, :] & (kk <= K)
@@ -139,26 +139,31 @@ if HAS_TRITON:
         return p, run_k
 
     @triton.jit
-    def _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, md_ptr, kr_ptr, s_ref, C, K,
+    def _linear_rows(q0, ii, j0, kmin, kmax, lam, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
                      cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
-                     BT: tl.constexpr, REVERSE: tl.constexpr):
-        """Phase A of one label tile (log semiring) as a product in linear space:
-        ``P[i, c] = m_c + MD_c + log sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]`` with
-        ``ED = exp(D - MD_c)`` precomputed (zero past K), ``m_c`` the running maximum of the rows:
-        one multiply-add per term instead of an exponential. Returns ``(P (BT, CB), need)``: need
-        is True when some possible sum fell below 1e-25 (float32 underflow could then lose a
-        dominant term; the caller recomputes the tile term by term). A sum is possible unless
-        no row of the label is finite or no duration of its finite rows lies in the label's
-        finite range [kmin, kmax] of D."""
+                     BT: tl.constexpr, REVERSE: tl.constexpr, STEP: tl.constexpr, CORE: tl.constexpr):
+        """The linear-space sum of the old rows rho = j0, j0 + STEP, ... (one residue class modulo
+        STEP) against ``ED``: ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] =
+        sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row that counts
+        and lo / hi the first and last finite such row. The rows that count: those some position
+        of the block may use (duration in [kmin_c, kmax_c]); with CORE only those every position
+        may use (``_edge_exact`` sums the others), each row raised by ``lam_c · rho`` (the trend
+        taken out of ``ED``)."""
         run_m = tl.full([CB], 2 * MASK, tl.float32)
         acc = tl.zeros([BT, CB], dtype=tl.float32)
         lo = tl.full([CB], 1 << 30, tl.int32)
         hi = tl.full([CB], -(1 << 30), tl.int32)
-        for r0 in range(0, K, orr.shape[0]):
-            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE)
-            fin = ok[:, None] & (v > -1e29)
-            v = tl.where(ok[:, None], v, 2 * MASK)
+        for r0 in range(0, K, STEP * orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, j0 + r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols,
+                                      mcol, orr, HAS_IN, REVERSE, STEP)
+            if CORE:
+                use = ok[:, None] & (rho[:, None] + 1 >= kmin[None, :]) & (rho[:, None] + BT <= kmax[None, :])
+                v = v + lam[None, :] * rho[:, None].to(tl.float32)
+            else:
+                # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
+                use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
+            fin = use & (v > -1e29)
+            v = tl.where(use, v, 2 * MASK)
             lo = tl.minimum(lo, tl.min(tl.where(fin, rho[:, None], 1 << 30), 0))
             hi = tl.maximum(hi, tl.max(tl.where(fin, rho[:, None], -(1 << 30)), 0))
             nm = tl.maximum(run_m, tl.max(v, 0))
@@ -168,13 +173,123 @@ if HAS_TRITON:
             kk = ii[:, None] + rho[None, :]
             ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
             acc += tl.sum(ed * ev[None, :, :], 1)
-        md = tl.load(md_ptr + cols)
+        return acc, run_m, lo, hi
+
+    @triton.jit
+    def _lae(a, b):
+        """log(e^a + e^b) of two block sums (2·MASK where both are impossible)."""
+        m = tl.maximum(a, b)
+        return tl.where(m > MASK, m + log_(1.0 + tl.exp(tl.minimum(a, b) - m)), 2 * MASK)
+
+    @triton.jit
+    def _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref, C, K, cols,
+                    mcol, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr):
+        """The old rows that only some positions of the block may use, term by term in log space:
+        per label, rho in [kmin - BT, kmin - 2] (short durations) and [max(kmax - BT + 1, kmin - 1),
+        kmax - 1] (long ones; all of a label's rows where its range is narrower than the block),
+        at most 2·BT - 2 rows a label. Returns ``P (BT, CB)``."""
+        oe = tl.arange(0, 8)
+        low_end = tl.minimum(kmin - 2, kmax - 1)
+        up_start = tl.maximum(kmax - BT + 1, kmin - 1)
+        run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
+        run_s = tl.zeros([BT, CB], dtype=tl.float32)
+        for e0 in range(0, 2 * BT - 2, 8):
+            e = (e0 + oe)[:, None]
+            lower = e < BT - 1
+            rho = tl.where(lower, kmin[None, :] - BT + e, up_start[None, :] + e - (BT - 1))
+            ok = tl.where(lower, rho <= low_end[None, :], rho <= kmax[None, :] - 1) & (e < 2 * BT - 2)
+            ok = ok & (rho >= 0) & (rho < K) & mcol[None, :]
+            if REVERSE:
+                r = q0 + rho
+                ok = ok & (r <= L)
+                own = r <= start
+                m = r - start - 1
+            else:
+                r = q0 - rho
+                ok = ok & (r >= 0)
+                own = r >= start
+                m = start - 1 - r
+            from_in = ok & (~own) & (m < K)
+            own = ok & own
+            rp = tl.where(own, r, 0)
+            v = tl.load(r_b + rp * C + cols[None, :], mask=own, other=MASK)
+            fr = tl.load(f_b + rp, mask=own, other=0.0)
+            if HAS_IN:
+                mp = tl.where(from_in, m, 0)
+                v = tl.where(from_in, tl.load(in32 + mp * C + cols[None, :], mask=from_in, other=MASK), v)
+                fr = tl.where(from_in, tl.load(in64 + mp, mask=from_in, other=0.0), fr)
+            sr = tl.load(cum_b + tl.where(ok, r, 0) * C + cols[None, :], mask=ok, other=0.0)
+            if REVERSE:
+                v = v + (fr - H).to(tl.float32) + (sr - s_ref[None, :])
+            else:
+                v = v + (fr - H).to(tl.float32) - (sr - s_ref[None, :])
+            kk = ii[:, None, None] + rho[None, :, :]
+            m3 = vi[:, None, None] & ok[None, :, :] & (kk >= 1) & (kk <= K)
+            dv = tl.load(db_ptr + (kk - 1) * C + cols[None, None, :], mask=m3, other=MASK)
+            x = tl.where(m3, v[None, :, :] + dv.to(tl.float32), 2 * MASK)
+            nm = tl.maximum(run_m, tl.max(x, 1))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
+            run_m = nm
+        return tl.where(run_s > 0, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), 2 * MASK)
+
+    @triton.jit
+    def _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, s_ref,
+                     C, K, cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                     BT: tl.constexpr, REVERSE: tl.constexpr, PERIOD: tl.constexpr):
+        """Phase A of one label tile (log semiring) as a product in linear space:
+        ``P[i, c] = m_c + MD_c + log sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]`` with
+        ``ED = exp(D - MD_c)`` precomputed (zero past K), ``m_c`` the running maximum of the rows:
+        one multiply-add per term instead of an exponential. Returns ``(P (BT, CB), need)``: need
+        is True when some possible sum fell below 1e-25 (float32 underflow could then lose a
+        dominant term; the caller recomputes the tile term by term). A sum is possible unless
+        no row of the label is finite or no duration of its finite rows lies in the label's
+        finite range [kmin, kmax] of D.
+
+        PERIOD = 3 (gene grammars and models whose duration bias has a trend in k,
+        ``parallel.linear_period``) makes the shift that of a term the position may use:
+
+        * the rows are summed per residue class rho mod 3, each with its own shift, and the
+          classes joined in log space: a coding label (durations of one residue modulo 3,
+          ``kr_ptr`` row 2) uses one class at a position, whose largest row it may take;
+        * only the rows every position of the block may use (duration in [kmin, kmax] for
+          i = 1 .. BT) enter the linear sums; the others, at most 2·BT - 2 a label, are summed
+          term by term (``_edge_exact``), so a recent row that a short duration forbids (an
+          intron's first 30 positions) never sets the shift;
+        * a trend ``lam_c`` per label (``md_ptr`` row 1; the k·mu of ``cumulative_scores``) is
+          taken out of ``ED`` and put back as ``lam_c · rho`` on the rows and ``lam_c · i`` on
+          the positions, so that ``ED`` spans little.
+
+        With one shift for all rows of a gene grammar, the largest row was often a duration the
+        label may not take and the tile was recomputed term by term on nearly every block."""
         kmin = tl.load(kr_ptr + cols)
         kmax = tl.load(kr_ptr + C_PAD + cols)
-        p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
-        possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
-            ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
-        need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
+        md = tl.load(md_ptr + cols)
+        if PERIOD == 1:
+            acc, run_m, lo, hi = _linear_rows(q0, ii, 0, kmin, kmax, md, start, L, H, r_b, f_b, in32, in64, cum_b,
+                                              ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE,
+                                              1, False)
+            p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
+            possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
+                ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
+            need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
+        else:
+            res = tl.load(kr_ptr + 2 * C_PAD + cols)
+            lam = tl.load(md_ptr + C_PAD + cols)
+            p = tl.full([BT, CB], 2 * MASK, tl.float32)
+            bad = tl.zeros([BT, CB], dtype=tl.int32)
+            for j in tl.static_range(PERIOD):
+                acc, run_m, lo, hi = _linear_rows(q0, ii, j, kmin, kmax, lam, start, L, H, r_b, f_b, in32, in64,
+                                                  cum_b, ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB,
+                                                  BT, REVERSE, PERIOD, True)
+                p = _lae(p, tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK))
+                # class j reaches position i with durations i + j (mod PERIOD): the label's residue
+                same = (res[None, :] < 0) | (((ii[:, None] + j - res[None, :] + PERIOD) % PERIOD) == 0)
+                possible = vi[:, None] & mcol[None, :] & same & (hi >= lo)[None, :]
+                bad += (possible & (acc <= 1e-25)).to(tl.int32)
+            p = tl.where(p > MASK, p + lam[None, :] * ii[:, None].to(tl.float32), p)
+            p = _lae(p, _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref,
+                                    C, K, cols, mcol, HAS_IN, CB, BT, REVERSE))
+            need = tl.sum(tl.sum(bad, 1), 0) > 0
         return p, need
 
     @triton.jit
@@ -196,9 +311,11 @@ if HAS_TRITON:
             mcol = cols < C
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
             if LINEAR:
-                p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, md_ptr, kr_ptr,
-                                       s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
+                p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
+                                       kr_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, LINEAR)
                 if need:
+                    # counted in row 3 of the duration ranges (probes: how often the sums underflow)
+                    tl.atomic_add(kr_ptr + 3 * C_PAD, 1)
                     p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
                                            s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
             else:
@@ -451,10 +568,10 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of limits.py (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
-        ed_ptr=None,  # (K + BT + RB, C_PAD) float32: exp(D - MD_c), zero past K (LINEAR)
-        md_ptr=None,  # (C_PAD,) float32: MD_c = max_k D[k, c] (LINEAR)
-        kr_ptr=None,  # (2, C_PAD) int32: kmin_c, kmax_c, the finite range of D[:, c] (LINEAR)
-        LINEAR: tl.constexpr = False,
+        ed_ptr=None,  # (K + BT + 3 RB + 3, C_PAD) float32: exp(D - MD_c), zero past K (LINEAR)
+        md_ptr=None,  # (2, C_PAD) float32: MD_c = max_k D[k, c] - lam_c k, the trend lam_c (LINEAR)
+        kr_ptr=None,  # (4, C_PAD) int32: kmin_c, kmax_c (finite range of D[:, c]), residue mod 3, counter
+        LINEAR: tl.constexpr = 0,  # linear-space block sums: 0 off, else their PERIOD (1 or 3)
         RBX: tl.constexpr = 1,  # rows per tile of a LINEAR tile's term-by-term recomputation
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;

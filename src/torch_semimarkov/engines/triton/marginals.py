@@ -257,7 +257,7 @@ if HAS_TRITON:
         cum_ptr,  # (B, T+1, C)
         db_ptr,  # (K, C) duration bias (the log-space tiles)
         ed_ptr,  # (K + BK, C_PAD) float32: exp(D[k-1, c] - MD_c), zero past K and where impossible
-        md_ptr,  # (C_PAD,) float32: MD_c, the largest possible D of each label
+        md_ptr,  # (2, C_PAD) float32: row 0 MD_c, the largest possible D of each label (row 1 unused here)
         len_ptr,  # (B,)
         anc_ptr,  # (B, NA) float64: log Z at the anchors (ANCHOR: (B,) float64, log Z of the sequence)
         w_ptr,  # (B, T+1, C) U_hat

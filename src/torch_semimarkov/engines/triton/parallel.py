@@ -182,6 +182,11 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
 
+#: Probes set this to a list to collect, per linear-space blocked launch, the number of block-sum
+#: tiles the kernel recomputed term by term and the number of block-sum tiles one pass over the
+#: launch's sequences runs (0-d tensors on the device, read after a synchronisation).
+RECOMPUTED: Optional[list] = None
+
 #: Largest spread (nats) of a label's duration bias for the linear-space block sums by default.
 LINEAR_SPREAD = 50.0
 
@@ -189,40 +194,114 @@ LINEAR_SPREAD = 50.0
 def dense_durations(duration_bias: torch.Tensor, K: int) -> bool:
     """Whether every label's duration bias is possible at every duration 1..K and spans at most
     ``LINEAR_SPREAD`` nats: then a linear-space block sum holds its largest row's term at no less
-    than e^-50 of the shift (no underflow), and the blocked kernel uses it by default. Gene
-    grammars (durations a label may not take: reading frames, one-base pieces) sum in log space.
-    One small reduction and a device synchronisation per launch."""
+    than e^-50 of the shift (no underflow), and the blocked kernel uses it by default (one shift
+    per label, ``PERIOD = 1``). One small reduction and a device synchronisation per launch."""
     d = duration_bias[:K]
     lo, hi = d.amin(0), d.amax(0)
     return bool(((lo > -1e29) & (hi - lo <= LINEAR_SPREAD)).all())
 
 
-def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: Optional[int] = None):
+def _residues(fin: torch.Tensor) -> torch.Tensor:
+    """(C,) int64: per label, the residue modulo 3 that all its possible durations share (the
+    durations are rows + 1 of ``fin`` (K, C) bool), -1 where they do not share one or none is."""
+    k = torch.arange(1, fin.shape[0] + 1, device=fin.device)[:, None] % 3
+    has = torch.stack([(fin & (k == r)).any(0) for r in range(3)])  # (3, C)
+    one = has.sum(0) == 1
+    return torch.where(one, has.int().argmax(0), torch.full_like(one, -1, dtype=torch.int64))
+
+
+def duration_trend(duration_bias: torch.Tensor, K: int) -> torch.Tensor:
+    """(C,) float64: per label, the least-squares slope of its possible duration bias in k (0 where
+    fewer than two durations are possible): the ``k·mu`` that ``cumulative_scores`` adds, which the
+    blocked kernel's residue-class block sums take out of ``ED`` (``blocked._tile_linear``)."""
+    d = duration_bias[:K].double()
+    fin = d > -1e29
+    k = torch.arange(1, d.shape[0] + 1, device=d.device, dtype=torch.float64)[:, None].expand_as(d)
+    n = fin.sum(0).clamp(min=1)
+    km = torch.where(fin, k, 0.0).sum(0) / n
+    dm = torch.where(fin, d, 0.0).sum(0) / n
+    var = torch.where(fin, (k - km) ** 2, 0.0).sum(0)
+    cov = torch.where(fin, (k - km) * (d - dm), 0.0).sum(0)
+    return torch.where(var > 0, cov / var.clamp(min=1e-30), torch.zeros_like(var))
+
+
+def residue_durations(duration_bias: torch.Tensor, K: int) -> bool:
+    """Whether every label's possible durations are, within their range [kmin, kmax], either all
+    of it or all of it in one residue modulo 3 (gene grammars: coding labels by reading frame,
+    one-base and fixed-length pieces), and its bias, less its trend in k (``duration_trend``),
+    spans at most ``LINEAR_SPREAD`` nats. Then the blocked kernel's linear-space block sums with
+    one shift per residue class of the rows (``PERIOD = 3``, ``blocked._tile_linear``) hold the
+    largest term of each sum at no less than e^-50 of its shift."""
+    d = duration_bias[:K].double()
+    fin = d > -1e29
+    k = torch.arange(1, d.shape[0] + 1, device=d.device)[:, None]
+    big = torch.full_like(k, d.shape[0] + 1)
+    kmin = torch.where(fin, k, big).amin(0)
+    kmax = torch.where(fin, k, torch.zeros_like(k)).amax(0)
+    inr = (k >= kmin) & (k <= kmax)
+    res = _residues(fin)
+    want = inr & ((res < 0) | (k % 3 == res.clamp(min=0)))
+    flat = d - duration_trend(d, K) * k
+    lo = torch.where(fin, flat, float("inf")).amin(0)
+    hi = torch.where(fin, flat, float("-inf")).amax(0)
+    spread = torch.where(fin.any(0), hi - lo, torch.zeros_like(hi))
+    return bool(((fin == want).all(0) & (spread <= LINEAR_SPREAD)).all())
+
+
+def linear_period(duration_bias: torch.Tensor, K: int, setting=None) -> int:
+    """The ``PERIOD`` of the blocked kernel's linear-space block sums, 0 for the term-by-term
+    log-space sums. ``setting`` is ``plan.linear``: None (default) 1 for dense durations
+    (``dense_durations``), 3 for residue-structured ones (``residue_durations``), else 0;
+    False 0; True 3 where the durations are residue-structured but not dense, else 1 (tests:
+    the underflow recomputation); 1 or 3 that period."""
+    if setting is False:
+        return 0
+    if setting is None or setting is True:
+        if dense_durations(duration_bias, K):
+            return 1
+        if residue_durations(duration_bias, K):
+            return 3
+        return 1 if setting is True else 0
+    if int(setting) not in (1, 3):
+        raise ValueError(f"plan.linear must be None, True, False, 1 or 3, got {setting!r}")
+    return int(setting)
+
+
+def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: Optional[int] = None,
+                           trend: bool = False):
     """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``)
     and marginal tiles (``marginals._blk_seg_kernel``, ``pad`` its BK):
-    ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - MD_c)`` (``pad`` = BT + RB of the linear tile
-    by default; zero for impossible entries, past
-    K and on padded labels), ``MD (C_PAD,) float32`` the largest possible D of each label (0 where
-    none is) and ``(2, C_PAD) int32`` the first and last possible duration of each label (an
-    empty range, (K + 1, 0), where none is)."""
+    ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - lam_c·k - MD_c)`` (``pad`` = BT + 3·RB + 3 of
+    the linear tile by default, room for the rows of a residue class; zero for impossible entries,
+    past K and on padded labels), ``(2, C_PAD) float32``: ``MD_c`` the largest possible
+    ``D - lam_c·k`` of each label (0 where none is) and the trend ``lam_c`` (``duration_trend``
+    with ``trend``, else 0), and ``(4, C_PAD) int32``: the first and last possible duration of each
+    label (an empty range, (K + 1, 0), where none is), the residue modulo 3 its possible durations
+    share (-1 where they do not share one) and, in row 3, column 0, a counter of the block-sum tiles
+    the kernel recomputed term by term (``RECOMPUTED``)."""
     K, C = plan.K, duration_bias.shape[1]
     dev = duration_bias.device
     d = duration_bias[:K].double()
     fin = d > -1e29
+    lam = duration_trend(d, K) if trend else torch.zeros_like(d[0])
+    d = d - lam * torch.arange(1, K + 1, device=dev, dtype=torch.float64)[:, None]
     md = torch.where(fin, d, float("-inf")).amax(0)
     md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
     if pad is None:
         bt, rb, _ = plan.linear_tile
-        pad = bt + rb
+        pad = bt + 3 * rb + 3
     ed = torch.zeros((K + pad, plan.c_pad), device=dev, dtype=torch.float32)
     ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
     k = torch.arange(1, K + 1, device=dev)[:, None]
-    kr = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.int32)
+    kr = torch.zeros((4, plan.c_pad), device=dev, dtype=torch.int32)
     kr[0] = K + 1
     kr[0, :C] = torch.where(fin, k, K + 1).amin(0).int()
     kr[1, :C] = torch.where(fin, k, 0).amax(0).int()
-    mdp = torch.zeros((plan.c_pad,), device=dev, dtype=torch.float32)
-    mdp[:C] = md.float()
+    kr[2] = -1
+    kr[2, :C] = _residues(fin).int()
+    mdp = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.float32)
+    mdp[0, :C] = md.float()
+    mdp[1, :C] = lam.float()
     return ed, mdp, kr
 
 
@@ -246,8 +325,8 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     bk = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     bc = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C + plan.c_pad, K + 1, 0, dev)
-    linear = masks is None and not is_max and (
-        plan.linear or (plan.linear is None and dense_durations(duration_bias, K)))
+    period = linear_period(duration_bias, K, plan.linear) if masks is None and not is_max else 0
+    linear = period > 0
     bt, rb, cb = plan.linear_tile if linear else (plan.bt, plan.rb, plan.cb)
     scratch = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.float32)
     scratch_k = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
@@ -264,9 +343,12 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     elif linear:
-        ed, md, kr = linear_duration_tables(duration_bias, plan)
+        ed, md, kr = linear_duration_tables(duration_bias, plan, trend=period == 3)
+        if RECOMPUTED is not None:
+            blocks = (lengths.long() + bt - 1) // bt * ((C + cb - 1) // cb)
+            RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
         # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
-        args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=True, RBX=max(1, min(rb, 8192 // (bt * cb))))
+        args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=period, RBX=max(1, min(rb, 8192 // (bt * cb))))
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -44,9 +44,11 @@ FORCE_BLOCKED = False
 BLOCK_OVERRIDE: Optional[tuple] = None
 
 #: The blocked engine's log-semiring block sums as products in linear space (``blocked._tile_linear``):
-#: None (default) where the duration bias allows it (``parallel.dense_durations``), True always
-#: (tests: the underflow recomputation), False never (the term-by-term log-space sums).
-BLOCKED_LINEAR: Optional[bool] = None
+#: None (default) where the duration bias allows it (``parallel.linear_period``: one shift per label
+#: for dense durations, one per residue class of the rows modulo 3 for a gene grammar's), True
+#: always (tests: the underflow recomputation), False never (the term-by-term log-space sums),
+#: 1 or 3 always, with that period.
+BLOCKED_LINEAR: Optional[Union[bool, int]] = None
 
 #: (BT, RB, CB) of the linear-space block sums: no exponential per term leaves room for larger
 #: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43).
@@ -94,7 +96,8 @@ class KernelPlan:
             their (BS, BK, CB) tile and warps.
         linear, linear_tile: whether the blocked kernel's log-semiring block sums may run as
             products in linear space, and their (BT, RB, CB) tile (None: where the duration
-            bias allows; unmasked calls only; the max semiring and masks sum term by term).
+            bias allows; 1 or 3: with that period, ``parallel.linear_period``; unmasked calls
+            only; the max semiring and masks sum term by term).
         idx64: positions and row offsets need 64-bit integers (``(T+1)·C`` near 2^31); otherwise
             the kernels index in int32, which is faster (a 64-bit modulo or multiply per element
             costs a large batch up to 2x).
@@ -115,7 +118,7 @@ class KernelPlan:
     bt: int = 16
     rb: int = 32
     cb: int = 16
-    linear: Optional[bool] = False
+    linear: Optional[Union[bool, int]] = False
     linear_tile: tuple = LINEAR_TILE
     marg: str = "position"
     marg_tile: tuple = MARG_TILE
