@@ -11,6 +11,7 @@ import io
 import json
 import os
 import random
+import runpy
 import subprocess
 import sys
 
@@ -319,8 +320,11 @@ def test_evaluation_reproduces_augustus_report(tutorial_paths):
 
 
 @pytest.mark.integration
-def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path):
-    """The example end to end on the CPU: a few short loci, a few steps, GFF3 out, evaluation runs."""
+def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path, monkeypatch, capsys):
+    """The example end to end on the CPU: a few short loci, a few steps, GFF3 out, evaluation runs.
+    train.py and predict.py run as subprocesses; evaluate.py (no torch state of its own) runs as
+    ``__main__`` in this process through runpy, its command line in sys.argv: the same script and
+    exit code without a third interpreter start (issue 23)."""
     _, root = tutorial_paths
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp_path / "run"
@@ -329,9 +333,15 @@ def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path):
     for kind in ("semicrf", "crf", "softmax"):
         gff = out / f"test_{kind}.gff3"
         assert gff.exists() and gff.read_text().startswith("##gff-version 3")
-    res = run(os.path.join(EXAMPLE, "evaluate.py"), "--data", root, "--pred", f"semi-CRF={out / 'test_semicrf.gff3'}",
-              "--augustus", f"AUGUSTUS={os.path.join(EXAMPLE, 'augustus', 'augustus_bug.gtf.gz')}")
-    assert "| semi-CRF |" in res.stdout and "| AUGUSTUS | 0.975 / 0.890" in res.stdout
+    evaluate = os.path.join(EXAMPLE, "evaluate.py")
+    monkeypatch.setattr(sys, "argv", [evaluate, "--data", root, "--pred", f"semi-CRF={out / 'test_semicrf.gff3'}",
+                                      "--augustus", f"AUGUSTUS={os.path.join(EXAMPLE, 'augustus', 'augustus_bug.gtf.gz')}"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(evaluate, run_name="__main__")
+    assert done.value.code == 0
+    stdout = capsys.readouterr().out
+    assert "| semi-CRF |" in stdout and "| AUGUSTUS | 0.975 / 0.890" in stdout
     fasta = tmp_path / "x.fa"
     fasta.write_text(">seq1 test\nATGAAACCCGGGTTTTAA\nCCCATGGGGTAA\n")
     run(os.path.join(EXAMPLE, "predict.py"), "--checkpoint", str(out / "semicrf.pt"), "--input", str(fasta), "--out", str(tmp_path / "x.gff3"))
