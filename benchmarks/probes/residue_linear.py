@@ -84,7 +84,6 @@ def run(tag, B, T, K, C, gene=False, backward=True, lins=(None,)):
     json.dump(res, open(os.path.join(OUT, "residue_linear.json"), "w"), indent=1)
 
 
-run("random", 4, 100000, 960, 47)
 run("random", 32, 3000, 960, 47)
 # a gene grammar's durations on a random model: before, log space (the default then) and period 1
 # (recomputed on most blocks); after, the default (PERIOD 3), with period 1 and log space again

@@ -71,10 +71,10 @@ if HAS_TRITON:
 
     @triton.jit
     def _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol, orr,
-                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr, STEP: tl.constexpr):
-        """The old rows rho = r0, r0 + STEP, .., r0 + STEP·(RB - 1) of the block after q0, in the
-        block's frame H with the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
-        rho = r0 + STEP * orr
+                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
+        """The old rows rho = r0 .. r0 + RB - 1 of the block after q0, in the block's frame H with
+        the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
+        rho = r0 + orr
         if REVERSE:
             r = q0 + rho
             ok = (rho < K) & (r <= L)
@@ -109,7 +109,7 @@ if HAS_TRITON:
                                other=0)
         for r0 in range(0, K, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE, 1)
+                                      orr, HAS_IN, REVERSE)
             # duration k = i + rho of row rho at position i
             kk = ii[:, None] + rho[None, :]
             vk = vi[:, None] & ok[None, :] & (kk <= K)
@@ -139,29 +139,22 @@ if HAS_TRITON:
         return p, run_k
 
     @triton.jit
-    def _linear_rows(q0, ii, j0, kmin, kmax, lam, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
-                     cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
-                     BT: tl.constexpr, REVERSE: tl.constexpr, STEP: tl.constexpr, CORE: tl.constexpr):
-        """The linear-space sum of the old rows rho = j0, j0 + STEP, ... (one residue class modulo
-        STEP) against ``ED``: ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] =
-        sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row that counts
-        and lo / hi the first and last finite such row. The rows that count: those some position
-        of the block may use (duration in [kmin_c, kmax_c]); with CORE only those every position
-        may use (``_edge_exact`` sums the others), each row raised by ``lam_c · rho`` (the trend
-        taken out of ``ED``)."""
+    def _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K, cols, mcol,
+                     orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
+                     REVERSE: tl.constexpr):
+        """The linear-space sum of the old rows against ``ED`` with one shift per label:
+        ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] = sum_rho exp(V[rho, c] -
+        m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row some position of the block may use
+        (duration in [kmin_c, kmax_c]) and lo / hi the first and last finite such row."""
         run_m = tl.full([CB], 2 * MASK, tl.float32)
         acc = tl.zeros([BT, CB], dtype=tl.float32)
         lo = tl.full([CB], 1 << 30, tl.int32)
         hi = tl.full([CB], -(1 << 30), tl.int32)
-        for r0 in range(0, K, STEP * orr.shape[0]):
-            v, rho, r, ok = _old_rows(q0, j0 + r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols,
-                                      mcol, orr, HAS_IN, REVERSE, STEP)
-            if CORE:
-                use = ok[:, None] & (rho[:, None] + 1 >= kmin[None, :]) & (rho[:, None] + BT <= kmax[None, :])
-                v = v + lam[None, :] * rho[:, None].to(tl.float32)
-            else:
-                # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
-                use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
+        for r0 in range(0, K, orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
+                                      orr, HAS_IN, REVERSE)
+            # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
+            use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
             fin = use & (v > -1e29)
             v = tl.where(use, v, 2 * MASK)
             lo = tl.minimum(lo, tl.min(tl.where(fin, rho[:, None], 1 << 30), 0))
@@ -174,6 +167,53 @@ if HAS_TRITON:
             ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
             acc += tl.sum(ed * ev[None, :, :], 1)
         return acc, run_m, lo, hi
+
+    @triton.jit
+    def _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
+                     cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                     BT: tl.constexpr, REVERSE: tl.constexpr):
+        """The linear-space sum of the old rows every position of the block may use (duration in
+        [kmin_c, kmax_c] for i = 1 .. BT), each row raised by ``lam_c · rho`` (the trend taken out
+        of ``ED``), with one shift per residue class of the rows modulo 3: ``(acc (BT, CB), M (BT,
+        CB), has (BT, CB))`` with ``acc[i, c] = sum_rho exp(V[rho, c] - M[i, c]) · ED[i + rho - 1,
+        c]``. A label whose durations share a residue (``res_c`` >= 0) reaches position i from one
+        class only, j = (res_c - i) mod 3, and a row of class j is scaled by that class's largest
+        row, so ``M[i, c]`` is the shift of a term the position may take; other labels scale every
+        row by the largest of all. ``has``: a finite row reaches the position."""
+        m0 = tl.full([CB], 2 * MASK, tl.float32)
+        m1 = tl.full([CB], 2 * MASK, tl.float32)
+        m2 = tl.full([CB], 2 * MASK, tl.float32)
+        acc = tl.zeros([BT, CB], dtype=tl.float32)
+        any_res = res[None, :] < 0
+        js = (res[None, :] - ii[:, None] + 3 * BT) % 3  # the class that reaches position i
+        for r0 in range(0, K, orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
+                                      orr, HAS_IN, REVERSE)
+            use = ok[:, None] & (rho[:, None] + 1 >= kmin[None, :]) & (rho[:, None] + BT <= kmax[None, :])
+            v = tl.where(use, v + lam[None, :] * rho[:, None].to(tl.float32), 2 * MASK)
+            cls = (rho % 3)[:, None]
+            n0 = tl.maximum(m0, tl.max(tl.where(cls == 0, v, 2 * MASK), 0))
+            n1 = tl.maximum(m1, tl.max(tl.where(cls == 1, v, 2 * MASK), 0))
+            n2 = tl.maximum(m2, tl.max(tl.where(cls == 2, v, 2 * MASK), 0))
+            na = tl.maximum(tl.maximum(n0, n1), n2)
+            oa = tl.maximum(tl.maximum(m0, m1), m2)
+            old = tl.where(any_res, oa[None, :], tl.where(js == 0, m0[None, :], tl.where(js == 1, m1[None, :],
+                                                                                          m2[None, :])))
+            new = tl.where(any_res, na[None, :], tl.where(js == 0, n0[None, :], tl.where(js == 1, n1[None, :],
+                                                                                          n2[None, :])))
+            acc = acc * tl.exp(old - new)
+            shift = tl.where(any_res, na[None, :], tl.where(cls == 0, n0[None, :], tl.where(cls == 1, n1[None, :],
+                                                                                             n2[None, :])))
+            ev = tl.exp(v - shift)
+            m0 = n0
+            m1 = n1
+            m2 = n2
+            kk = ii[:, None] + rho[None, :]
+            ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
+            acc += tl.sum(ed * ev[None, :, :], 1)
+        ma = tl.maximum(tl.maximum(m0, m1), m2)
+        M = tl.where(any_res, ma[None, :], tl.where(js == 0, m0[None, :], tl.where(js == 1, m1[None, :], m2[None, :])))
+        return acc, M, M > -1e29
 
     @triton.jit
     def _lae(a, b):
@@ -248,9 +288,9 @@ if HAS_TRITON:
         PERIOD = 3 (gene grammars and models whose duration bias has a trend in k,
         ``parallel.linear_period``) makes the shift that of a term the position may use:
 
-        * the rows are summed per residue class rho mod 3, each with its own shift, and the
-          classes joined in log space: a coding label (durations of one residue modulo 3,
-          ``kr_ptr`` row 2) uses one class at a position, whose largest row it may take;
+        * each row is scaled by the largest row of its residue class rho mod 3 (``_linear_core``):
+          a coding label (durations of one residue modulo 3, ``kr_ptr`` row 2) reaches a position
+          from one class only, whose largest row it may take, and the one product sums them all;
         * only the rows every position of the block may use (duration in [kmin, kmax] for
           i = 1 .. BT) enter the linear sums; the others, at most 2·BT - 2 a label, are summed
           term by term (``_edge_exact``), so a recent row that a short duration forbids (an
@@ -265,9 +305,8 @@ if HAS_TRITON:
         kmax = tl.load(kr_ptr + C_PAD + cols)
         md = tl.load(md_ptr + cols)
         if PERIOD == 1:
-            acc, run_m, lo, hi = _linear_rows(q0, ii, 0, kmin, kmax, md, start, L, H, r_b, f_b, in32, in64, cum_b,
-                                              ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE,
-                                              1, False)
+            acc, run_m, lo, hi = _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr,
+                                              s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
             p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
             possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
                 ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
@@ -275,21 +314,14 @@ if HAS_TRITON:
         else:
             res = tl.load(kr_ptr + 2 * C_PAD + cols)
             lam = tl.load(md_ptr + C_PAD + cols)
-            p = tl.full([BT, CB], 2 * MASK, tl.float32)
-            bad = tl.zeros([BT, CB], dtype=tl.int32)
-            for j in tl.static_range(PERIOD):
-                acc, run_m, lo, hi = _linear_rows(q0, ii, j, kmin, kmax, lam, start, L, H, r_b, f_b, in32, in64,
-                                                  cum_b, ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB,
-                                                  BT, REVERSE, PERIOD, True)
-                p = _lae(p, tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK))
-                # class j reaches position i with durations i + j (mod PERIOD): the label's residue
-                same = (res[None, :] < 0) | (((ii[:, None] + j - res[None, :] + PERIOD) % PERIOD) == 0)
-                possible = vi[:, None] & mcol[None, :] & same & (hi >= lo)[None, :]
-                bad += (possible & (acc <= 1e-25)).to(tl.int32)
+            acc, M, has = _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr,
+                                       s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
+            p = tl.where(acc > 0, M + md[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
+            possible = vi[:, None] & mcol[None, :] & has
+            need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
             p = tl.where(p > MASK, p + lam[None, :] * ii[:, None].to(tl.float32), p)
             p = _lae(p, _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref,
                                     C, K, cols, mcol, HAS_IN, CB, BT, REVERSE))
-            need = tl.sum(tl.sum(bad, 1), 0) > 0
         return p, need
 
     @triton.jit
