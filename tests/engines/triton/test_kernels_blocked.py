@@ -183,17 +183,18 @@ def _residue_case():
 
 @pytest.mark.parametrize("make, linear, period", [
     (_underflow_case, True, 1), (_underflow_case, False, 0), (_underflow_case, 3, 3),
-    (_unit_duration_case, True, 3), (_unit_duration_case, False, 0),
-    (_residue_case, None, 3), (_residue_case, 1, 1)],
+    (_unit_duration_case, True, 1), (_unit_duration_case, 3, 3), (_unit_duration_case, False, 0),
+    (_residue_case, 3, 3), (_residue_case, 1, 1)],
     ids=["underflow-linear", "underflow-log-space", "underflow-residue-classes", "unit-durations-linear",
-         "unit-durations-log-space", "residues-by-default", "residues-one-shift"])
+         "unit-durations-residue-classes", "unit-durations-log-space", "residues-residue-classes",
+         "residues-one-shift"])
 def test_blocked_block_sums_linear_and_log_space(make, linear, period, monkeypatch):
     """The log-semiring block sums as linear-space products (``_tile_linear``: one shift per
     label, ``PERIOD`` 1, or per residue class of the rows, 3) and term by term (``BLOCKED_LINEAR
     = False``) all give the oracle's log Z and the sequential kernels' gradients, also where the
     linear sums underflow (a tile recomputed in log space: without that recomputation the
-    underflow case's log Z is -inf) or are truly empty. A gene grammar's durations take the
-    residue classes by default."""
+    underflow case's log Z is -inf) or are truly empty. On a gene grammar's durations the
+    residue classes recompute no tile."""
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
@@ -251,31 +252,31 @@ def test_linear_block_sums_by_default_only_for_dense_durations():
     assert plan_mod.make_plan(4, 100000, 960, 47).linear is None
 
 
-def test_linear_block_sums_by_residue_class_for_gene_grammars():
+def test_residue_structured_durations_of_gene_grammars():
     """A gene grammar's durations (each label's possible durations all of its range, or all of it in
-    one residue modulo 3) take the linear sums with one shift per residue class (PERIOD 3) by
-    default; other gaps in a label's range, or a spread over 50 nats, keep the log-space sums."""
+    one residue modulo 3) are what the residue-class block sums (PERIOD 3, opt-in) are for; other
+    gaps in a label's range, or a spread over 50 nats after the trend, are not. By default gene
+    grammars keep the log-space sums (GPU_NOTES 51)."""
     from torch_semimarkov.genomics.labels import GeneGrammar
 
     for grammar in (GeneGrammar(), GeneGrammar(intron_tail=40)):
         ok = grammar.duration_mask(60)
         d = torch.where(ok, torch.randn(ok.shape), torch.tensor(float("-inf")))
         assert not parallel.dense_durations(d, 60) and parallel.residue_durations(d, 60)
-        assert parallel.linear_period(d, 60) == 3 and parallel.linear_period(d, 60, True) == 3
-        assert parallel.linear_period(d, 60, False) == 0 and parallel.linear_period(d, 60, 1) == 1
+        assert parallel.linear_period(d, 60) == 0 and parallel.linear_period(d, 60, True) == 1
+        assert parallel.linear_period(d, 60, 3) == 3 and parallel.linear_period(d, 60, False) == 0
         res = parallel._residues(d > -1e29)
         assert [int(res[grammar.index[n]]) for n in ("N", "+initial(1)", "+internal(2,0)", "+intron(0)")] == \
             [-1, 1, 1, -1]
         wide = d.clone()
         wide[59, grammar.index["+intron(1)"]] = -60.0
-        assert parallel.linear_period(wide, 60) == 0
+        assert not parallel.residue_durations(wide, 60)
     # a trend in k (cumulative_scores' k·mu): dense but spanning 100 nats, 0.4 after the trend
     d = 0.5 * torch.arange(1, 201.0)[:, None] + 0.1 * torch.rand(200, 3)
-    assert not parallel.dense_durations(d, 200) and parallel.linear_period(d, 200) == 3
+    assert not parallel.dense_durations(d, 200) and parallel.residue_durations(d, 200)
     d = torch.randn(10, 4)
     d[4, 1] = float("-inf")  # a gap in the middle of label 1's range, not a residue class
     assert not parallel.residue_durations(d, 10) and parallel.linear_period(d, 10) == 0
-    assert parallel.linear_period(d, 10, True) == 1
     with pytest.raises(ValueError, match="plan.linear"):
         parallel.linear_period(d, 10, 2)
 

@@ -251,17 +251,17 @@ def residue_durations(duration_bias: torch.Tensor, K: int) -> bool:
 def linear_period(duration_bias: torch.Tensor, K: int, setting=None) -> int:
     """The ``PERIOD`` of the blocked kernel's linear-space block sums, 0 for the term-by-term
     log-space sums. ``setting`` is ``plan.linear``: None (default) 1 for dense durations
-    (``dense_durations``), 3 for residue-structured ones (``residue_durations``), else 0;
-    False 0; True 3 where the durations are residue-structured but not dense, else 1 (tests:
-    the underflow recomputation); 1 or 3 that period."""
+    (``dense_durations``), else 0; False 0; True 1 (tests: the underflow recomputation); 1 or 3
+    that period. PERIOD 3 (shifts per residue class, exact edge rows, the trend taken out:
+    ``blocked._tile_linear``) recomputes no tile on a gene grammar (``residue_durations``), but
+    on the H200 the gene finder's training step ran 11% slower with it than with the log-space
+    sums and its gradients moved by 2.5e-2 of the largest (GPU_NOTES 51): opt-in only."""
     if setting is False:
         return 0
-    if setting is None or setting is True:
-        if dense_durations(duration_bias, K):
-            return 1
-        if residue_durations(duration_bias, K):
-            return 3
-        return 1 if setting is True else 0
+    if setting is None:
+        return 1 if dense_durations(duration_bias, K) else 0
+    if setting is True:
+        return 1
     if int(setting) not in (1, 3):
         raise ValueError(f"plan.linear must be None, True, False, 1 or 3, got {setting!r}")
     return int(setting)

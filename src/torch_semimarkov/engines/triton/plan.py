@@ -44,10 +44,10 @@ FORCE_BLOCKED = False
 BLOCK_OVERRIDE: Optional[tuple] = None
 
 #: The blocked engine's log-semiring block sums as products in linear space (``blocked._tile_linear``):
-#: None (default) where the duration bias allows it (``parallel.linear_period``: one shift per label
-#: for dense durations, one per residue class of the rows modulo 3 for a gene grammar's), True
-#: always (tests: the underflow recomputation), False never (the term-by-term log-space sums),
-#: 1 or 3 always, with that period.
+#: None (default) where the duration bias allows it (dense durations, ``parallel.linear_period``),
+#: True always (tests: the underflow recomputation), False never (the term-by-term log-space
+#: sums), 1 or 3 always with that period (3: shifts per residue class of the rows, for gene
+#: grammars; opt-in, GPU_NOTES 51).
 BLOCKED_LINEAR: Optional[Union[bool, int]] = None
 
 #: (BT, RB, CB) of the linear-space block sums: no exponential per term leaves room for larger
