@@ -45,11 +45,12 @@ if HAS_TRITON:
 
     @triton.jit
     def _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol,
-                   HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
+                   HAS_IN: tl.constexpr, REVERSE: tl.constexpr, PER_LABEL: tl.constexpr):
         """Ring rows ``r`` (RB,) at label columns ``cols`` and their frames: a row the run owns
         (at or past ``start`` in its direction) from the stored rows, a row before the start from
         the incoming state (row m = distance - 1 of ``in32`` / ``in64``, only with ``HAS_IN``),
-        else impossible. Returns ``(rows (RB, CB) float32, frames (RB,) float64)``."""
+        else impossible. Returns ``(rows (RB, CB) float32, frames (RB,) float64)``. PER_LABEL:
+        ``r`` and ``ok`` are (RB, CB), a row per label (``_edge_exact``), and so are the frames."""
         if REVERSE:
             own = r <= start
             m = r - start - 1
@@ -59,13 +60,21 @@ if HAS_TRITON:
         from_in = ok & (~own) & (m < K)
         own = ok & own
         rp = tl.where(own, r, 0)
-        m2o = own[:, None] & mcol[None, :]
-        v = tl.load(r_b + rp[:, None] * C + cols[None, :], mask=m2o, other=MASK)
+        if PER_LABEL:
+            m2o = own & mcol[None, :]
+            v = tl.load(r_b + rp * C + cols[None, :], mask=m2o, other=MASK)
+        else:
+            m2o = own[:, None] & mcol[None, :]
+            v = tl.load(r_b + rp[:, None] * C + cols[None, :], mask=m2o, other=MASK)
         fr = tl.load(f_b + rp, mask=own, other=0.0)
         if HAS_IN:
             mp = tl.where(from_in, m, 0)
-            m2i = from_in[:, None] & mcol[None, :]
-            v = tl.where(m2i, tl.load(in32 + mp[:, None] * C + cols[None, :], mask=m2i, other=MASK), v)
+            if PER_LABEL:
+                m2i = from_in & mcol[None, :]
+                v = tl.where(m2i, tl.load(in32 + mp * C + cols[None, :], mask=m2i, other=MASK), v)
+            else:
+                m2i = from_in[:, None] & mcol[None, :]
+                v = tl.where(m2i, tl.load(in32 + mp[:, None] * C + cols[None, :], mask=m2i, other=MASK), v)
             fr = tl.where(from_in, tl.load(in64 + mp, mask=from_in, other=0.0), fr)
         return v, fr
 
@@ -81,7 +90,7 @@ if HAS_TRITON:
         else:
             r = q0 - rho
             ok = (rho < K) & (r >= 0)
-        v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE)
+        v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, False)
         rp = tl.where(ok, r, 0)
         sr = tl.load(cum_b + rp[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :], other=0.0)
         if REVERSE:
@@ -169,6 +178,12 @@ if HAS_TRITON:
         return acc, run_m, lo, hi
 
     @triton.jit
+    def _pick(j, any_res, x0, x1, x2, xa):
+        """Per element, the (CB,) value of class ``j`` (0, 1, 2) broadcast over j's rows, or ``xa``
+        where ``any_res`` (labels whose durations share no residue)."""
+        return tl.where(any_res, xa[None, :], tl.where(j == 0, x0[None, :], tl.where(j == 1, x1[None, :], x2[None, :])))
+
+    @triton.jit
     def _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
                      cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
                      BT: tl.constexpr, REVERSE: tl.constexpr):
@@ -183,6 +198,7 @@ if HAS_TRITON:
         m0 = tl.full([CB], 2 * MASK, tl.float32)
         m1 = tl.full([CB], 2 * MASK, tl.float32)
         m2 = tl.full([CB], 2 * MASK, tl.float32)
+        ma = tl.full([CB], 2 * MASK, tl.float32)
         acc = tl.zeros([BT, CB], dtype=tl.float32)
         any_res = res[None, :] < 0
         js = (res[None, :] - ii[:, None] + 3 * BT) % 3  # the class that reaches position i
@@ -196,23 +212,16 @@ if HAS_TRITON:
             n1 = tl.maximum(m1, tl.max(tl.where(cls == 1, v, 2 * MASK), 0))
             n2 = tl.maximum(m2, tl.max(tl.where(cls == 2, v, 2 * MASK), 0))
             na = tl.maximum(tl.maximum(n0, n1), n2)
-            oa = tl.maximum(tl.maximum(m0, m1), m2)
-            old = tl.where(any_res, oa[None, :], tl.where(js == 0, m0[None, :], tl.where(js == 1, m1[None, :],
-                                                                                          m2[None, :])))
-            new = tl.where(any_res, na[None, :], tl.where(js == 0, n0[None, :], tl.where(js == 1, n1[None, :],
-                                                                                          n2[None, :])))
-            acc = acc * tl.exp(old - new)
-            shift = tl.where(any_res, na[None, :], tl.where(cls == 0, n0[None, :], tl.where(cls == 1, n1[None, :],
-                                                                                             n2[None, :])))
-            ev = tl.exp(v - shift)
+            acc = acc * tl.exp(_pick(js, any_res, m0, m1, m2, ma) - _pick(js, any_res, n0, n1, n2, na))
+            ev = tl.exp(v - _pick(cls, any_res, n0, n1, n2, na))
             m0 = n0
             m1 = n1
             m2 = n2
+            ma = na
             kk = ii[:, None] + rho[None, :]
             ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
             acc += tl.sum(ed * ev[None, :, :], 1)
-        ma = tl.maximum(tl.maximum(m0, m1), m2)
-        M = tl.where(any_res, ma[None, :], tl.where(js == 0, m0[None, :], tl.where(js == 1, m1[None, :], m2[None, :])))
+        M = _pick(js, any_res, m0, m1, m2, ma)
         return acc, M, M > -1e29
 
     @triton.jit
@@ -242,22 +251,10 @@ if HAS_TRITON:
             if REVERSE:
                 r = q0 + rho
                 ok = ok & (r <= L)
-                own = r <= start
-                m = r - start - 1
             else:
                 r = q0 - rho
                 ok = ok & (r >= 0)
-                own = r >= start
-                m = start - 1 - r
-            from_in = ok & (~own) & (m < K)
-            own = ok & own
-            rp = tl.where(own, r, 0)
-            v = tl.load(r_b + rp * C + cols[None, :], mask=own, other=MASK)
-            fr = tl.load(f_b + rp, mask=own, other=0.0)
-            if HAS_IN:
-                mp = tl.where(from_in, m, 0)
-                v = tl.where(from_in, tl.load(in32 + mp * C + cols[None, :], mask=from_in, other=MASK), v)
-                fr = tl.where(from_in, tl.load(in64 + mp, mask=from_in, other=0.0), fr)
+            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, True)
             sr = tl.load(cum_b + tl.where(ok, r, 0) * C + cols[None, :], mask=ok, other=0.0)
             if REVERSE:
                 v = v + (fr - H).to(tl.float32) + (sr - s_ref[None, :])
@@ -559,7 +556,7 @@ if HAS_TRITON:
             else:
                 r = stop - 1 - m
             ok = m < K
-            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, oc, mc, HAS_IN, REVERSE)
+            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, oc, mc, HAS_IN, REVERSE, False)
             tl.store(o32 + m[:, None] * C + oc[None, :], v, mask=ok[:, None] & mc[None, :])
             tl.store(o64 + m, fr, mask=ok)
         tl.store(o32 + K * C + oc, st, mask=mc)
@@ -600,7 +597,7 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of limits.py (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
-        ed_ptr=None,  # (K + BT + 3 RB + 3, C_PAD) float32: exp(D - MD_c), zero past K (LINEAR)
+        ed_ptr=None,  # (K + BT + RB, C_PAD) float32: exp(D - lam_c k - MD_c), zero past K (LINEAR)
         md_ptr=None,  # (2, C_PAD) float32: MD_c = max_k D[k, c] - lam_c k, the trend lam_c (LINEAR)
         kr_ptr=None,  # (4, C_PAD) int32: kmin_c, kmax_c (finite range of D[:, c]), residue mod 3, counter
         LINEAR: tl.constexpr = 0,  # linear-space block sums: 0 off, else their PERIOD (1 or 3)

@@ -210,6 +210,14 @@ def _residues(fin: torch.Tensor) -> torch.Tensor:
     return torch.where(one, has.int().argmax(0), torch.full_like(one, -1, dtype=torch.int64))
 
 
+def _duration_range(fin: torch.Tensor):
+    """``(kmin, kmax)`` (C,) int64: each label's first and last possible duration (rows + 1 of
+    ``fin`` (K, C) bool); an empty range, (K + 1, 0), where none is."""
+    K = fin.shape[0]
+    k = torch.arange(1, K + 1, device=fin.device)[:, None]
+    return torch.where(fin, k, K + 1).amin(0), torch.where(fin, k, 0).amax(0)
+
+
 def duration_trend(duration_bias: torch.Tensor, K: int) -> torch.Tensor:
     """(C,) float64: per label, the least-squares slope of its possible duration bias in k (0 where
     fewer than two durations are possible): the ``k·mu`` that ``cumulative_scores`` adds, which the
@@ -235,9 +243,7 @@ def residue_durations(duration_bias: torch.Tensor, K: int) -> bool:
     d = duration_bias[:K].double()
     fin = d > -1e29
     k = torch.arange(1, d.shape[0] + 1, device=d.device)[:, None]
-    big = torch.full_like(k, d.shape[0] + 1)
-    kmin = torch.where(fin, k, big).amin(0)
-    kmax = torch.where(fin, k, torch.zeros_like(k)).amax(0)
+    kmin, kmax = _duration_range(fin)
     inr = (k >= kmin) & (k <= kmax)
     res = _residues(fin)
     want = inr & ((res < 0) | (k % 3 == res.clamp(min=0)))
@@ -271,9 +277,9 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: O
                            trend: bool = False):
     """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``)
     and marginal tiles (``marginals._blk_seg_kernel``, ``pad`` its BK):
-    ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - lam_c·k - MD_c)`` (``pad`` = BT + 3·RB + 3 of
-    the linear tile by default, room for the rows of a residue class; zero for impossible entries,
-    past K and on padded labels), ``(2, C_PAD) float32``: ``MD_c`` the largest possible
+    ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - lam_c·k - MD_c)`` (``pad`` = BT + RB of the
+    linear tile by default; zero for impossible entries, past K and on padded labels),
+    ``(2, C_PAD) float32``: ``MD_c`` the largest possible
     ``D - lam_c·k`` of each label (0 where none is) and the trend ``lam_c`` (``duration_trend``
     with ``trend``, else 0), and ``(4, C_PAD) int32``: the first and last possible duration of each
     label (an empty range, (K + 1, 0), where none is), the residue modulo 3 its possible durations
@@ -289,14 +295,14 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: O
     md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
     if pad is None:
         bt, rb, _ = plan.linear_tile
-        pad = bt + 3 * rb + 3
+        pad = bt + rb
     ed = torch.zeros((K + pad, plan.c_pad), device=dev, dtype=torch.float32)
     ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
-    k = torch.arange(1, K + 1, device=dev)[:, None]
     kr = torch.zeros((4, plan.c_pad), device=dev, dtype=torch.int32)
     kr[0] = K + 1
-    kr[0, :C] = torch.where(fin, k, K + 1).amin(0).int()
-    kr[1, :C] = torch.where(fin, k, 0).amax(0).int()
+    kmin, kmax = _duration_range(fin)
+    kr[0, :C] = kmin.int()
+    kr[1, :C] = kmax.int()
     kr[2] = -1
     kr[2, :C] = _residues(fin).int()
     mdp = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.float32)
