@@ -121,3 +121,20 @@ def test_head_passes_the_backend_through(backend, monkeypatch):
     head.decode(h, lengths)
     head.marginals(h, lengths)
     assert seen and set(seen) == {backend}
+
+
+def test_resolve_is_marked_constant_as_the_public_decorator_marks_it():
+    """select._resolve sets the attribute torch.compiler.assume_constant_result sets (without its
+    import of torch._dynamo): if torch renames it, this fails instead of a silent graph break."""
+    import subprocess
+
+    def probe():
+        return "x"
+
+    marked = torch.compiler.assume_constant_result(probe)
+    flags = {k: v for k, v in vars(marked).items() if k.startswith("_dynamo")}
+    assert flags and {k: getattr(backends._resolve, k, None) for k in flags} == flags
+    # and importing the package no longer imports dynamo
+    code = "import sys, torch_semimarkov; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -71,7 +71,16 @@ def backend_for(inp: StreamingInputs, use_triton: bool = True, backend: str = "a
     return _resolve(backend, bool(use_triton), inp.cum_scores.is_cuda)
 
 
-@torch.compiler.assume_constant_result
+def _constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without its import of ``torch._dynamo`` (about a
+    second at ``import torch_semimarkov``, paid by every script and worker process): the decorator
+    only sets this attribute, which dynamo reads when it traces a call (checked by
+    tests/engines/test_dispatch.py against the public decorator)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_result
 def _resolve(backend: str, use_triton: bool, is_cuda: bool) -> str:
     # a compiler takes the answer as a constant (it depends on what is installed, not on data)
     return resolve_backend(backend, use_triton, is_cuda, triton_available)
