@@ -129,6 +129,11 @@ def _compile_each_numba_kernel_once() -> None:
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one pytest-xdist worker per core: torch's intra-op threads would only oversubscribe them
     torch.set_num_threads(1)
+    # and the same for the scripts the integration tests start (they inherit the environment): a
+    # script with a thread per core beside the other workers took 2.7x its time alone (the gene
+    # finder's smoke: 33.6 s against 12.4 s)
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # not numba's: its thread tests need 2
+        os.environ.setdefault(_var, "1")
     if os.environ.get("TSM_NUMBA_COMPILE_LOCK", "") in ("", "1"):
         _compile_each_numba_kernel_once()
 
@@ -496,15 +501,58 @@ def covering_subset(param_list: Sequence[dict]) -> list:
     return sorted(keep)
 
 
+def covering_array(param_list: Sequence[dict], strength: int = 2) -> list:
+    """Indices of a ``strength``-wise covering subset of one test function's parametrisations
+    (all of them taken as option axes): every value of every parameter (``strength=1``), or every
+    pair of values of every two parameters (``2``, the default), appears in at least one kept
+    parametrisation. Greedy and deterministic: repeatedly the parametrisation that covers the
+    most combinations not yet covered, ties to the first in collection order. Values are compared
+    by their ``repr``."""
+    import itertools
+
+    if strength not in (1, 2):
+        raise ValueError(f"covering: strength must be 1 or 2, got {strength!r}")
+
+    def combos(p):
+        items = sorted((k, repr(v)) for k, v in p.items())
+        return set(itertools.combinations(items, strength))
+
+    sets = [combos(p) for p in param_list]
+    todo = set().union(*sets) if sets else set()
+    keep = []
+    while todo:
+        best = max(range(len(sets)), key=lambda i: (len(sets[i] & todo), -i))
+        keep.append(best)
+        todo -= sets[best]
+    return sorted(keep)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark the kernel-product parametrisations outside the covering subset ``gpu_full`` and,
-    unless :data:`FULL_KERNEL_PRODUCT`, deselect them."""
+    unless :data:`FULL_KERNEL_PRODUCT`, deselect them. The same for a function marked
+    ``@pytest.mark.covering(strength=1 | 2)``: outside :func:`covering_array` of its parameters
+    (each value, or each pair of values, at least once), its parametrisations run on CUDA or
+    with ``TSM_FULL_INTERPRETER=1`` only."""
     functions: Dict[tuple, list] = {}
+    arrays: Dict[tuple, list] = {}
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if any(k in params for k in PATH_FIXTURES):
+        mark = item.get_closest_marker("covering")
+        if mark is not None and params:
+            if any(k in params for k in PATH_FIXTURES):
+                raise pytest.UsageError(f"{item.nodeid}: the covering mark is for functions without kernel-path fixtures")
+            arrays.setdefault((str(item.path), item.originalname), []).append(item)
+        elif any(k in params for k in PATH_FIXTURES):
             functions.setdefault((str(item.path), item.originalname), []).append(item)
-    extra = set()
+    # a parametrisation marked gpu_full by hand (pytest.param(..., marks=pytest.mark.gpu_full))
+    extra = {id(item) for item in items if any(m.name == "gpu_full" for m in getattr(item, "own_markers", []))}
+    for members in arrays.values():
+        strength = members[0].get_closest_marker("covering").kwargs.get("strength", 2)
+        kept = set(covering_array([m.callspec.params for m in members], strength))
+        for i, m in enumerate(members):
+            if i not in kept:
+                m.add_marker(pytest.mark.gpu_full)
+                extra.add(id(m))
     for members in functions.values():
         kept = set(covering_subset([m.callspec.params for m in members]))
         for i, m in enumerate(members):

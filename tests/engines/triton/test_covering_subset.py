@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from conftest import covering_subset, path_applies
+from conftest import covering_array, covering_subset, path_applies
 
 RINGS = ["register-ring", "memory-ring", "memory-ring-kblock2"]
 ENGINES = ["sequential", "parallel"]
@@ -50,3 +50,24 @@ def test_what_never_runs_is_known():
     assert not path_applies(dict(ring="memory-ring", engine="sequential", kcc=True))
     assert not path_applies(dict(ring="register-ring", engine="parallel", case=(1, 1, 3, 2, None, "none", False)))
     assert path_applies(dict(ring="register-ring", engine="parallel", case=(2, 7, 3, 3, None, "none", False)))
+
+
+@pytest.mark.parametrize("strength", [1, 2])
+def test_covering_array_covers_every_value_or_pair(strength):
+    """The ``covering`` mark's subset: three two-valued axes (the never-converging models' kind x
+    semiring x transition shape) need 2 runs for every value and 4 (not 8) for every pair; a
+    three-valued axis next to a two-valued one keeps all 6 pairs."""
+    axes = dict(kind=["cyclic", "frame"], semiring=["log", "max"], kcc=[False, True])
+    params = [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
+    kept = [params[i] for i in covering_array(params, strength)]
+    assert len(kept) == (2 if strength == 1 else 4)
+    for a, b in itertools.combinations(axes, strength) if strength == 2 else ((a, a) for a in axes):
+        for va, vb in itertools.product(axes[a], axes[b]):
+            if a == b and va != vb:
+                continue
+            assert any(p[a] == va and p[b] == vb for p in kept), (a, va, b, vb)
+    assert covering_array(params, strength) == covering_array([dict(p) for p in params], strength)
+    mixed = [dict(x=x, y=y) for x, y in itertools.product("abc", [0, 1])]
+    assert len(covering_array(mixed, 2)) == 6 and len(covering_array(mixed, 1)) == 3
+    with pytest.raises(ValueError, match="strength"):
+        covering_array(params, 3)

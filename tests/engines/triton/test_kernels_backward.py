@@ -86,6 +86,7 @@ def test_forbidden_transitions_and_long_sequence_backward(ring, engine, monkeypa
     assert bool(torch.isfinite(g_db).all())
 
 
+@pytest.mark.covering(strength=1)  # the interpreter runs 2 of the 4: each model and each transition shape
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 def test_parallel_backward_is_exact_on_models_that_never_converge(kind, kcc, monkeypatch):

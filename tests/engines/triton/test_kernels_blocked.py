@@ -105,6 +105,7 @@ def test_blocked_viterbi_ties_break_to_smallest_index(blocked):
     assert cpu(starts)[0].tolist() == [True] * T
 
 
+@pytest.mark.covering(strength=1)  # the interpreter runs 2 of the 4: each model and each semiring
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 @pytest.mark.parametrize("semiring", ["log", "max"])
 def test_blocked_is_exact_on_models_that_never_converge(kind, semiring, monkeypatch):
@@ -181,12 +182,19 @@ def _residue_case():
     return dict(inp, duration_bias=d, proj_start=inp["proj_start"] * 40.0)
 
 
+# the interpreter runs 4 of the 7 (each block-sum form on a truly empty sum, on an underflowing one
+# and, for the residue classes, on a gene grammar's durations); all 7 run on CUDA
+_FULL = pytest.mark.gpu_full
+
+
 @pytest.mark.parametrize("make, linear, period", [
-    (_underflow_case, True, 1), (_underflow_case, False, 0), (_underflow_case, 3, 3),
-    (_unit_duration_case, True, 1), (_unit_duration_case, 3, 3), (_unit_duration_case, False, 0),
-    (_residue_case, 3, 3)],
-    ids=["underflow-linear", "underflow-log-space", "underflow-residue-classes", "unit-durations-linear",
-         "unit-durations-residue-classes", "unit-durations-log-space", "residues-residue-classes"])
+    pytest.param(_underflow_case, True, 1, id="underflow-linear"),
+    pytest.param(_underflow_case, False, 0, id="underflow-log-space", marks=_FULL),
+    pytest.param(_underflow_case, 3, 3, id="underflow-residue-classes"),
+    pytest.param(_unit_duration_case, True, 1, id="unit-durations-linear", marks=_FULL),
+    pytest.param(_unit_duration_case, 3, 3, id="unit-durations-residue-classes", marks=_FULL),
+    pytest.param(_unit_duration_case, False, 0, id="unit-durations-log-space"),
+    pytest.param(_residue_case, 3, 3, id="residues-residue-classes")])
 def test_blocked_block_sums_linear_and_log_space(make, linear, period, monkeypatch):
     """The log-semiring block sums as linear-space products (``_tile_linear``: one shift per
     label, ``PERIOD`` 1, or per residue class of the rows, 3) and term by term (``BLOCKED_LINEAR

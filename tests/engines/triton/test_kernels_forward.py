@@ -41,6 +41,7 @@ def test_forbidden_transitions_and_long_sequence_stay_finite(ring, engine, monke
     assert_close(cpu(z), naive_semi_crf(**inp), atol=1e-4, rtol=1e-6)
 
 
+@pytest.mark.covering(strength=2)  # the interpreter runs 4 of the 8: every pair of values
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 @pytest.mark.parametrize("semiring", ["log", "max"])
