@@ -34,7 +34,7 @@ def _skip_nested_interpreter_patching() -> None:
     patched those modules (and restores them when it returns): most of the kernel tests'
     time. Skip that repeat while a launch that patched the same modules runs; anything not yet
     patched is patched as before, and an unpatched builtin would raise, not pass silently.
-    ``TSM_INTERPRETER_REPATCH=1`` turns this off."""
+    ``TSM_INTERPRETER_REPATCH=1`` turns this off (and :func:`_skip_discarded_overflow_checks`)."""
     import inspect
 
     try:
@@ -79,8 +79,34 @@ def _skip_nested_interpreter_patching() -> None:
     interp.InterpretedFunction.__call__ = device_call
 
 
+def _skip_discarded_overflow_checks() -> None:
+    """Triton's interpreter (3.9) sanitises every int32 ``+``, ``-`` and ``*`` of a kernel for
+    overflow: it redoes the operation in int64, compares it with the int32 range and hands the
+    result to ``device_assert``, which returns at once unless ``options.debug``, and the
+    interpreter's options never set it. So the work is thrown away (about a third of an
+    interpreted blocked-kernel test). Skip it under exactly the condition that discards it; with
+    ``debug`` on, the check runs as before."""
+    try:
+        from triton.language import semantic
+    except ImportError:
+        return
+    cls = getattr(semantic, "TritonSemantic", None)
+    original = getattr(cls, "binary_op_sanitize_overflow_impl", None)
+    if original is None or not callable(getattr(cls, "device_assert", None)):
+        return
+
+    def sanitize(self, lhs, rhs, binary_op):
+        if not getattr(getattr(self.builder, "options", None), "debug", True):
+            return None  # device_assert would discard the check
+        return original(self, lhs, rhs, binary_op)
+
+    sanitize.__wrapped__ = original
+    cls.binary_op_sanitize_overflow_impl = sanitize
+
+
 if os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("TSM_INTERPRETER_REPATCH", "") in ("", "0"):
     _skip_nested_interpreter_patching()
+    _skip_discarded_overflow_checks()
 
 
 def _compile_each_numba_kernel_once() -> None:

@@ -1,0 +1,42 @@
+"""The conftest's speed-ups of Triton's interpreter change no outcome: the int32 overflow
+sanitiser it skips is one whose result ``device_assert`` throws away (``options.debug`` off)."""
+
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter only")
+
+
+@triton.jit
+def _overflow_kernel(x_ptr, out_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 2))
+    tl.store(out_ptr + tl.arange(0, 2), x + 1)  # int32 max + 1 wraps
+
+
+def _run():
+    x = torch.tensor([2**31 - 1, 5], dtype=torch.int32)
+    out = torch.zeros_like(x)
+    _overflow_kernel[(1,)](x, out)
+    return out.tolist()
+
+
+def test_the_skipped_overflow_check_is_one_the_interpreter_discards(monkeypatch):
+    from triton.language import semantic
+
+    cls = semantic.TritonSemantic
+    original = getattr(cls.binary_op_sanitize_overflow_impl, "__wrapped__", None)
+    if original is None:
+        pytest.skip("the conftest patch is off (TSM_INTERPRETER_REPATCH=1 or another Triton)")
+    assert _run() == [-(2**31), 6]  # patched: wraps, no error
+    monkeypatch.setattr(cls, "binary_op_sanitize_overflow_impl", original)
+    assert _run() == [-(2**31), 6]  # Triton's own sanitiser: the same (its assert is discarded)
+    calls = []
+    monkeypatch.setattr(cls, "binary_op_sanitize_overflow_impl",
+                        lambda self, *a: calls.append(self.builder.options.debug) or original(self, *a))
+    _run()
+    assert calls and not any(calls)  # it ran, with debug off: device_assert returned at once
