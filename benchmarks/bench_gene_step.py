@@ -41,7 +41,7 @@ def main():
     p.add_argument("--modes", default="position,tiled",
                    help="modes compared: BLOCKED_MARGINALS[:BLOCKED_LINEAR], e.g. tiled:False,tiled:None "
                         "(the marginal kernel, then the block sums: None default, False log space, 1 or 3 "
-                        "linear with that period)")
+                        "linear with that period); @BTxRBxCB forces the recurrences' tiles, e.g. tiled:3@16x32x16")
     p.add_argument("--profile", action="store_true", help="per-kernel CUDA time and host time of one step (last mode)")
     p.add_argument("--out", default="/tmp/gene_step.json")
     args = p.parse_args()
@@ -79,9 +79,11 @@ def main():
     settings = {"None": None, "False": False, "True": True, "1": 1, "3": 3}
 
     def set_mode(m):
+        m, _, tile = m.partition("@")
         marg, _, lin = m.partition(":")
         plan_mod.BLOCKED_MARGINALS = marg
         plan_mod.BLOCKED_LINEAR = settings[lin or "None"]
+        plan_mod.BLOCK_OVERRIDE = tuple(int(x) for x in tile.split("x")) if tile else None
 
     for m in modes:  # warm-up (compiles) and the outputs compared below
         set_mode(m)

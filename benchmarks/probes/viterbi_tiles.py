@@ -4,6 +4,7 @@ against its tile (BT, RB, CB) and warps, at the genomics shapes, on one H200 run
 a running maximum and its duration per (position, label), so it may afford larger tiles.
 
     python benchmarks/probes/viterbi_tiles.py     # $OUT/viterbi_tiles.json
+    TILES=16x32x16,16x32x32 python benchmarks/probes/viterbi_tiles.py   # only these tiles
 """
 import json
 import os
@@ -21,6 +22,9 @@ out = os.path.join(os.environ.get("OUT", "/tmp"), "viterbi_tiles.json")
 res = []
 TILES = [((16, 32, 16), 8), ((32, 32, 16), 8), ((32, 64, 16), 8), ((16, 64, 16), 8), ((64, 32, 16), 8),
          ((32, 32, 32), 8), ((16, 32, 16), 4), ((32, 64, 16), 16)]
+if os.environ.get("TILES"):  # e.g. TILES=16x32x16,16x32x32:4 (BTxRBxCB[:warps], 8 warps unless said)
+    TILES = [(tuple(int(x) for x in t.split(":")[0].split("x")), int(t.split(":")[1]) if ":" in t else 8)
+             for t in os.environ["TILES"].split(",")]
 for B, T, K, C in [(4, 100000, 960, 47), (16, 20000, 960, 47), (32, 3000, 960, 47)]:
     cum, tr, db, lengths = make_inputs(B, T, K, C)
     ref = None

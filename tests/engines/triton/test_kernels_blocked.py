@@ -296,6 +296,9 @@ def test_large_rings_plan_the_blocked_engine():
     sequential memory-ring kernel."""
     p = plan_mod.make_plan(4, 100000, 960, 47)
     assert p.kind == "mem" and p.time_parallel and p.n_chunks == 33 and p.chunk >= 3 * 960 // 2
+    # term-by-term block sums: 32 labels a tile in the log semiring, 16 in the max (GPU_NOTES 52)
+    assert (p.bt, p.rb, p.cb) == (16, 32, 32) and plan_mod.make_plan(4, 100000, 960, 47, semiring="max").cb == 16
+    assert plan_mod.make_plan(4, 100000, 960, 12).cb == 16  # never wider than the padded labels
     p = plan_mod.make_plan(1, 100000, 4000, 47)
     assert p.chunk == 6000 and p.n_chunks == 17
     for B, T in ((512, 30000), (32, 3000)):  # the batch fills the GPU; shorter than 4·K
