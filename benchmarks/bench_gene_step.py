@@ -41,7 +41,7 @@ def main():
     p.add_argument("--modes", default="position,tiled",
                    help="modes compared: BLOCKED_MARGINALS[:BLOCKED_LINEAR], e.g. tiled:False,tiled:None "
                         "(the marginal kernel, then the block sums: None default, False log space, 1 or 3 "
-                        "linear with that period); @BTxRBxCB forces the recurrences' tiles, e.g. tiled:3@16x32x16")
+                        "linear with that period); @BTxRBxCB[:warps] forces the recurrences' tiles (and warps), e.g. tiled:3@16x32x16 or tiled:False@16x32x32:4")
     p.add_argument("--profile", action="store_true", help="per-kernel CUDA time and host time of one step (last mode)")
     p.add_argument("--out", default="/tmp/gene_step.json")
     args = p.parse_args()
@@ -77,13 +77,16 @@ def main():
     result = {}
     recomputed = {}
     settings = {"None": None, "False": False, "True": True, "1": 1, "3": 3}
+    default_warps = plan_mod.BLOCKED_WARPS
 
     def set_mode(m):
         m, _, tile = m.partition("@")
+        tile, _, warps = tile.partition(":")
         marg, _, lin = m.partition(":")
         plan_mod.BLOCKED_MARGINALS = marg
         plan_mod.BLOCKED_LINEAR = settings[lin or "None"]
         plan_mod.BLOCK_OVERRIDE = tuple(int(x) for x in tile.split("x")) if tile else None
+        plan_mod.BLOCKED_WARPS = int(warps) if warps else default_warps
 
     for m in modes:  # warm-up (compiles) and the outputs compared below
         set_mode(m)
