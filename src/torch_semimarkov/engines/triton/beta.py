@@ -24,6 +24,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
@@ -241,25 +242,12 @@ if HAS_TRITON:
             e = row + j
             _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc, C_PAD, K_PAD)
         else:
-            j0 = n_b - 2
-            j1 = -1
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 - 1
+            j0, count = sweep_start(n_b, PHASE, True)
             clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, j0 - j1):
-                j = j0 - jj
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 0) & (j < n_b - 1)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, True)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j + 1)
-                    e = (sp - 1) * half + row + j + 1
                     ring, beta, s_ref, rfr, G = _load_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
                     ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
                         a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
@@ -634,25 +622,12 @@ if HAS_TRITON:
                 e = row + j
                 _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, i32, i64, K, C, oc, mc, C_PAD)
         else:
-            j0 = n_b - 2
-            j1 = -1
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 - 1
+            j0, count = sweep_start(n_b, PHASE, True)
             clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, j0 - j1):
-                j = j0 - jj
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 0) & (j < n_b - 1)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, True)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j + 1)
-                    e = (sp - 1) * half + row + j + 1
                     s32 = e32 + e * E32
                     s64 = e64 + e * K
                     beta, G, conv, delta, steps, t_low = _dur_run_chunk(

@@ -41,6 +41,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
 
     @triton.jit
@@ -676,49 +677,20 @@ if HAS_TRITON:
                         tl.store(f_b + L, F)
         else:
             # forward: chunks 1 .. n-1 from their predecessor; beta: n-2 .. 0 from their successor
-            if REVERSE:
-                j0 = n_b - 2
-                j1 = -1
-            else:
-                j0 = 1
-                j1 = n_b
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                if REVERSE:
-                    j1 = j0 - 1
-                else:
-                    j1 = j0 + 1
+            j0, count = sweep_start(n_b, PHASE, REVERSE)
             clean_prev = tl.full([], 1, tl.int32)
-            nj = j0 - j1
-            if not REVERSE:
-                nj = j1 - j0
-            for jj in range(0, nj):
-                if REVERSE:
-                    j = j0 - jj
-                    nbr = j + 1
-                else:
-                    j = j0 + jj
-                    nbr = j - 1
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, REVERSE)
                 sc_b = sc_ptr + (row + j) * (BT * C_PAD)
                 sk_b = sk_ptr + (row + j) * (BT * C_PAD)
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
                 if REVERSE:
-                    live = (j >= 0) & (j < n_b - 1)
                     start = b
                     stop = a
                 else:
-                    live = (j >= 1) & (a < L)
                     start = a
                     stop = b
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + nbr)
-                    e = (sp - 1) * half + row + nbr
                     in32 = e32 + e * E32
                     in64 = e64 + e * E64
                     st = tl.load(in32 + K * C + oc, mask=mc, other=MASK)

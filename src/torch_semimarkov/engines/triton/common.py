@@ -129,3 +129,48 @@ if HAS_TRITON:
         ok = glo <= ghi
         delta = tl.where((glo > -big) & (ghi < big), 0.5 * (glo + ghi), 0.0)
         return wlo, whi, ok, delta
+
+    @triton.jit
+    def sweep_start(n_chunks, PHASE: tl.constexpr, REVERSE: tl.constexpr):
+        """The chunks a time-parallel program visits after the speculative pass (the chunk
+        driver shared by every chunked kernel): ``(j0, count)``. PHASE 2 (fix-up): its own chunk,
+        ``program_id(1)``; PHASE 3 (repair): every chunk after the first in the run's direction,
+        in order (forward 1 .. n - 1; ``REVERSE``, beta: n - 2 .. 0)."""
+        if REVERSE:
+            j0 = n_chunks - 2
+        else:
+            j0 = n_chunks * 0 + 1
+        count = n_chunks - 1
+        if PHASE == 2:
+            j0 = tl.program_id(1)
+            count = 1
+        return j0, count
+
+    @triton.jit
+    def sweep_chunk(j0, jj, W, L, n_chunks, clean_prev, src_ptr, row, half,
+                    PHASE: tl.constexpr, REVERSE: tl.constexpr):
+        """Step ``jj`` of the sweep from ``sweep_start``: ``(j, a, b, live, redo, e)``: chunk j
+        covers positions [a, b); ``live``: it has a predecessor in the run's direction (forward
+        j - 1, beta j + 1) and positions; ``redo``: it runs (a fix-up always; a repair only after a
+        chunk whose stored rows are not ``clean_prev``); ``e``: the end-state slot it starts from,
+        the predecessor's speculative end (PHASE 2) or the end of the predecessor's stored rows
+        (PHASE 3: ``src_ptr`` says which of the two buffers, ``half`` entries apart)."""
+        if REVERSE:
+            j = j0 - jj
+            nbr = j + 1
+        else:
+            j = j0 + jj
+            nbr = j - 1
+        a = tl.cast(j, L.dtype) * W
+        b = tl.minimum(a + W, L)
+        if REVERSE:
+            live = (j >= 0) & (j < n_chunks - 1)
+        else:
+            live = (j >= 1) & (a < L)
+        redo = live
+        sp = 1
+        if PHASE == 3:
+            redo = live & (clean_prev == 0)
+            sp = tl.load(src_ptr + row + nbr, mask=redo, other=1)
+        e = (sp - 1) * half + row + nbr
+        return j, a, b, live, redo, e

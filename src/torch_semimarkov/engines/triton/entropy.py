@@ -43,6 +43,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
     from torch_semimarkov.engines.triton.marginals import _seg_terms, anchor_log_z
 
@@ -261,24 +262,12 @@ if HAS_TRITON:
                 tl.store(h_b + L * C + oc, h, mask=mc)
                 tl.store(fh_b + L, Fh)
         else:
-            j0 = 1
-            j1 = NCH
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 + 1
+            j0, count = sweep_start(NCH, PHASE, False)
             clean_prev = tl.full([], 1, tl.int32)
-            for j in range(j0, j1):
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 1) & (a < L)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
+                                                     PHASE, False)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j - 1)
-                    e = (sp - 1) * half + row + j - 1
                     hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
                     hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
                         a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
@@ -471,25 +460,12 @@ if HAS_TRITON:
             e = row + j
             _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
         else:
-            j0 = n_b - 2
-            j1 = -1
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 - 1
+            j0, count = sweep_start(n_b, PHASE, True)
             clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, j0 - j1):
-                j = j0 - jj
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 0) & (j < n_b - 1)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, True)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j + 1)
-                    e = (sp - 1) * half + row + j + 1
                     hr, hy, hfr, Gh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
                     hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
                         a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,

@@ -50,6 +50,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, lse_rows, possible_shift, row_offset_bounds, scalar_f64, window_offset
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -323,28 +324,16 @@ if HAS_TRITON:
                 tl.store(a_b + L * C + oc, alpha, mask=mc)
                 tl.store(f_b + L + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
         else:
-            j0 = 1
-            j1 = NCH
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 + 1
+            j0, count = sweep_start(NCH, PHASE, False)
             # repair: chunk j-1 is "clean" when its stored rows are exact up to its offset and end in
             # its spec end state (the state chunk j's fix-up started from); chunk 0 always is
             clean_prev = tl.full([], 1, tl.int32)
-            for j in range(j0, j1):
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 1) & (a < L)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
+                                                     PHASE, False)
                 if redo:
                     # phase 2: the predecessor's spec end state; repair: the end state of the
                     # predecessor's stored rows (its spec end, or the end of an exact rerun)
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j - 1)
-                    e = (sp - 1) * half + row + j - 1
                     ring, alpha, rfr, F, bring = _load_state(e32 + e * E32, e64 + e * E64, eb + e * EB,
                                                              live, oj, oc, C_PAD, K_PAD, IS_MAX)
                     ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
@@ -965,28 +954,16 @@ if HAS_TRITON:
                 e = row + j
                 _dur_save_end(e32 + e * E32, e64 + e * K, a, b, alpha, F, a_b, f_b, i32, i64, K, C, oc, mc, C_PAD)
         else:
-            j0 = 1
-            j1 = NCH
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 + 1
+            j0, count = sweep_start(NCH, PHASE, False)
             # repair: chunk j-1 is "clean" when its stored rows are exact up to its offset and end in
             # its spec end state (the state chunk j's fix-up started from); chunk 0 always is
             clean_prev = tl.full([], 1, tl.int32)
-            for j in range(j0, j1):
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 1) & (a < L)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
+                                                     PHASE, False)
                 if redo:
                     # phase 2: the predecessor's spec end state; repair: the end state of the
                     # predecessor's stored rows (its spec end, or the end of an exact rerun)
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j - 1)
-                    e = (sp - 1) * half + row + j - 1
                     s32 = e32 + e * E32
                     s64 = e64 + e * K
                     alpha, F, conv, delta, steps, t_last = _dur_run_chunk(

@@ -31,6 +31,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def _traceback_kernel(
@@ -281,28 +282,16 @@ if HAS_TRITON:
                 tl.store(e + 1, c)
                 tl.store(e + 2, _exit_label(lab_b, a))
         else:
-            j0 = n_b - 2
-            j1 = -1
-            if PHASE == 2:
-                j0 = tl.program_id(1)
-                j1 = j0 - 1
+            j0, count = sweep_start(n_b, PHASE, True)
             clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, j0 - j1):
-                j = j0 - jj
-                a = tl.cast(j, L.dtype) * W
-                b = tl.minimum(a + W, L)
-                live = (j >= 0) & (j < n_b - 1)
-                redo = live
-                if PHASE == 3:
-                    redo = live & (clean_prev == 0)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, True)
                 if redo:
-                    sp = 1
-                    if PHASE == 3:
-                        sp = tl.load(src_ptr + row + j + 1)
-                    e = ex_ptr + ((sp - 1) * half + row + j + 1) * 3
-                    t = tl.load(e)
-                    c = tl.load(e + 1)
-                    lab = tl.load(e + 2)
+                    ex = ex_ptr + e * 3
+                    t = tl.load(ex)
+                    c = tl.load(ex + 1)
+                    lab = tl.load(ex + 2)
                     # the segment that crosses b_j: label lab on [t, b_j), a start at t
                     _write_segment(lab_b, st_b, mk_b, a, t, b, lab, ok, K_BLOCK)
                     if t < b:
@@ -313,10 +302,10 @@ if HAS_TRITON:
                     if merged != 0:
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
-                        e = ex_ptr + (half + row + j) * 3
-                        tl.store(e, t)
-                        tl.store(e + 1, c)
-                        tl.store(e + 2, _exit_label(lab_b, a))
+                        ex = ex_ptr + (half + row + j) * 3
+                        tl.store(ex, t)
+                        tl.store(ex + 1, c)
+                        tl.store(ex + 2, _exit_label(lab_b, a))
                         tl.store(src_ptr + row + j, 2)
                         clean = merged * 0
                     tl.store(stt_ptr + row + j, merged)
