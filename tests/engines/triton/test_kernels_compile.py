@@ -1,0 +1,151 @@
+"""Every Triton kernel variant the engine launches compiles for a GPU (sm_90) on this CPU machine.
+
+The interpreter runs a kernel's Python and lets through what the compiler rejects (a variable that
+changes type inside a branch, which an H200 run of the chunk-sweep refactor found, GPU_NOTES 53).
+This test records the launches of a set of small calls that reach every kernel family (forward,
+beta and Viterbi on the register and memory rings, sequential and time-parallel; (K, C, C)
+transitions; the blocked engine with linear, residue-class and log-space block sums and its
+marginal tiles; masks, entropy, samples, k-best) and compiles each distinct variant with
+``triton.compile`` for ``cuda:90`` in a process without the interpreter (``compile_kernels.py``:
+Triton's front end, LLVM and the bundled ptxas all run on the CPU)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from kernel_cases import adversarial, inputs, validated  # noqa: E402
+from torch_semimarkov import (  # noqa: E402
+    semi_crf_streaming_entropy,
+    semi_crf_streaming_sample,
+    semi_crf_streaming_topk,
+    semi_crf_streaming_viterbi,
+)
+from torch_semimarkov.engines import select  # noqa: E402
+from torch_semimarkov.engines.triton import launch  # noqa: E402
+from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="records the interpreter's launches"),
+]
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+TYPES = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
+         torch.int32: "i32", torch.int64: "i64", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+         torch.bool: "i1"}
+
+
+def _type(value):
+    if isinstance(value, torch.Tensor):
+        return "*" + TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"an argument the compile check cannot type: {value!r}")
+
+
+def _record(monkeypatch) -> list:
+    from triton.runtime import interpreter as interp
+
+    seen, records = set(), []
+    call = interp.GridExecutor.__call__
+
+    def recording(self, *args, **kwargs):
+        spec = inspect.getfullargspec(self.fn)
+        kept = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
+        bound = inspect.getcallargs(self.fn, *args, **kept)
+        consts = {k: bound[k] for k in self.constexprs}
+        consts.update({k: None for k, v in bound.items() if v is None})
+        sig = {k: ("constexpr" if k in consts else _type(v)) for k, v in bound.items()}
+        rec = {"module": self.fn.__module__, "name": self.fn.__name__, "signature": sig,
+               "constexprs": consts, "num_warps": int(kwargs.get("num_warps", 4))}
+        key = json.dumps(rec, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            records.append(rec)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(interp.GridExecutor, "__call__", recording)
+    return records
+
+
+def _launch_all(v, semiring_list=("log", "max"), time_parallel=True):
+    for sr in semiring_list:
+        p = launch.plan_for(v.cum_scores, v.transition, v.K, sr, time_parallel=time_parallel)
+        z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr,
+                                         v.proj_start, v.proj_end, plan=p)
+        if sr == "log":
+            launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                   v.proj_end, plan=p, state=state)
+        else:
+            launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, v.proj_start,
+                                  v.proj_end, plan=p)
+
+
+def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
+    records = _record(monkeypatch)
+    cc = (3, 13, 4, 5, "ragged", "both", False)
+    kcc = (2, 12, 3, 3, "ragged", "both", True)
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 5)
+    for case in (cc, kcc):
+        _launch_all(validated(inputs(case, seed=1)), time_parallel=None)  # sequential where one chunk
+        _launch_all(validated(inputs(case, seed=1)))                        # time-parallel
+    monkeypatch.setattr(plan_mod, "FORCE_MEMORY_RING", True)
+    _launch_all(validated(inputs(cc, seed=2)), time_parallel=False)
+    monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", 2)
+    _launch_all(validated(inputs(cc, seed=2)), time_parallel=False)
+    monkeypatch.setattr(plan_mod, "FORCE_MEMORY_RING", False)
+    monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", None)
+    # the blocked engine: linear (one shift, residue classes) and log-space block sums, both marginals
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
+    for linear, marg in ((None, "tiled"), (3, "tiled"), (False, "position")):
+        monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
+        monkeypatch.setattr(plan_mod, "BLOCKED_MARGINALS", marg)
+        _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)))
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
+    # masks, entropy, samples and k-best on the engine's kernels
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+    inp = inputs((2, 12, 4, 3, "ragged", "both", False), seed=3)
+    lm = torch.ones(2, 12, 3, dtype=torch.bool)
+    lm[:, 5, 0] = False
+    semi_crf_streaming_viterbi(**inp, label_mask=lm, backend="triton")
+    semi_crf_streaming_entropy(**inp, backend="triton")
+    semi_crf_streaming_entropy(**inp, label_mask=lm, backend="triton")
+    semi_crf_streaming_sample(**inp, num_samples=2, backend="triton", generator=torch.Generator().manual_seed(0))
+    semi_crf_streaming_topk(**inp, k=2, backend="triton")
+    semi_crf_streaming_topk(**inp, k=5, backend="triton")
+    grad_inp = dict(inp, cum_scores=inp["cum_scores"].clone().requires_grad_(True))
+    semi_crf_streaming_entropy(**grad_inp, backend="triton").sum().backward()  # the entropy kernels
+    # the dense recurrences (CUDA's path for the float64 model of masked calls)
+    from test_kernels_dense import _model
+    from torch_semimarkov.engines.triton.dense import run_dense
+
+    for direct, masked in ((False, True), (True, False)):
+        m = _model(2, 9, 3, 3, direct, True, masked, 0, "cpu")
+        for direction in ("alpha", "beta"):
+            run_dense(m, direction, expect=True)
+            run_dense(m, direction, expect=True, factored_off=True)
+    assert len(records) >= 20, [r["name"] for r in records]
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(records))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, os.path.join(HERE, "compile_kernels.py"), str(path)], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert f"compiled {len(records)} of {len(records)}" in res.stdout, res.stdout[-2000:]
