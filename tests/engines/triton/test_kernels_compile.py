@@ -100,8 +100,8 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     kcc = (2, 12, 3, 3, "ragged", "both", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 5)
     for case in (cc, kcc):
-        _launch_all(validated(inputs(case, seed=1)), time_parallel=None)  # sequential where one chunk
-        _launch_all(validated(inputs(case, seed=1)))                        # time-parallel
+        _launch_all(validated(inputs(case, seed=1)), time_parallel=False)  # sequential
+        _launch_all(validated(inputs(case, seed=1)))                         # time-parallel
     monkeypatch.setattr(plan_mod, "FORCE_MEMORY_RING", True)
     _launch_all(validated(inputs(cc, seed=2)), time_parallel=False)
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", 2)
@@ -113,10 +113,11 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
-    for linear, marg in ((None, "tiled"), (3, "tiled"), (False, "position")):
+    for linear, marg, semirings in ((None, "tiled", ("log", "max")), (3, "tiled", ("log",)), (False, "position", ("log",))):
+        # the max semiring sums term by term whatever the block-sum setting: its variants once
         monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
         monkeypatch.setattr(plan_mod, "BLOCKED_MARGINALS", marg)
-        _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)))
+        _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)), semirings)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
