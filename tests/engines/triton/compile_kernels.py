@@ -12,9 +12,82 @@ type in a branch, a block shape that is not a power of 2, ...).
 """
 
 import importlib
+import inspect
 import json
 import os
+import re
+import subprocess
 import sys
+
+_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32",
+          "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+
+
+def _type(value) -> str:
+    """Triton's signature type of a launch argument (tensors: a pointer to their dtype)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and hasattr(value, "data_ptr"):
+        return "*" + _TYPES[str(dtype).rpartition(".")[2]]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"an argument the compile check cannot type: {value!r}")
+
+
+def record_launches(setattr_) -> list:
+    """Record every distinct launch the Triton interpreter runs from now on (``setattr_``:
+    ``monkeypatch.setattr``, so that the recording ends with the test): a list of
+    ``{module, name, signature, constexprs, num_warps}`` that :func:`main` compiles."""
+    from triton.runtime import interpreter as interp
+
+    seen, records = set(), []
+    call = interp.GridExecutor.__call__
+
+    def recording(self, *args, **kwargs):
+        spec = inspect.getfullargspec(self.fn)
+        kept = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
+        bound = inspect.getcallargs(self.fn, *args, **kept)
+        consts = {k: bound[k] for k in self.constexprs}
+        consts.update({k: None for k, v in bound.items() if v is None})
+        sig = {k: ("constexpr" if k in consts else _type(v)) for k, v in bound.items()}
+        rec = {"module": self.fn.__module__, "name": self.fn.__name__, "signature": sig,
+               "constexprs": consts, "num_warps": int(kwargs.get("num_warps", 4))}
+        key = json.dumps(rec, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            records.append(rec)
+        return call(self, *args, **kwargs)
+
+    setattr_(interp.GridExecutor, "__call__", recording)
+    return records
+
+
+def ptxas_usage(ptx: str, arch: int) -> dict:
+    """Registers a thread and spilled bytes of a kernel's PTX, from the bundled ``ptxas -v``."""
+    import tempfile
+
+    import triton
+
+    try:  # the ptxas Triton itself runs for this architecture (its PTX version needs it)
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        ptxas = get_ptxas(arch).path
+    except (ImportError, AttributeError):
+        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        open(src, "w").write(ptx)
+        out = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a" if arch >= 90 else f"--gpu-name=sm_{arch}",
+                              src, "-o", os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    return {"registers": int(regs.group(1)) if regs else None,
+            "spill_store_bytes": int(spill.group(1)) if spill else None,
+            "spill_load_bytes": int(spill.group(2)) if spill else None}
 
 
 def _front_end(target):
@@ -47,7 +120,10 @@ def main(path: str) -> int:
     backend, _, arch = os.environ.get("TSM_COMPILE_TARGET", "cuda:90").partition(":")
     target = GPUTarget(backend, int(arch), 32)
     # TSM_COMPILE_FULL=1: every stage down to the cubin (LLVM and ptxas too; ~25x the time)
-    front = None if os.environ.get("TSM_COMPILE_FULL", "") not in ("", "0") else _front_end(target)
+    # TSM_COMPILE_REPORT=1 (implies the full compile): registers and spills of each variant (ptxas -v)
+    report = os.environ.get("TSM_COMPILE_REPORT", "") not in ("", "0")
+    full = report or os.environ.get("TSM_COMPILE_FULL", "") not in ("", "0")
+    front = None if full else _front_end(target)
     records = json.load(open(path))
     failed = 0
     for rec in records:
@@ -59,7 +135,11 @@ def main(path: str) -> int:
             if front is not None:
                 front(src, options)
             else:
-                triton.compile(src, target=target, options=options)
+                compiled = triton.compile(src, target=target, options=options)
+                if report:
+                    usage = ptxas_usage(compiled.asm["ptx"], int(arch))
+                    print(json.dumps({"kernel": rec["name"], "constexprs": rec["constexprs"],
+                                      "num_warps": options["num_warps"], **usage}), flush=True)
         except Exception as exc:  # report every kernel, not only the first
             failed += 1
             msg = str(exc).strip().splitlines()

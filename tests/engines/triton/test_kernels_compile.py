@@ -11,7 +11,6 @@ Triton's front end, LLVM and the bundled ptxas all run on the CPU)."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+from compile_kernels import record_launches  # noqa: E402
 from kernel_cases import adversarial, inputs, validated  # noqa: E402
 from torch_semimarkov import (  # noqa: E402
     semi_crf_streaming_entropy,
@@ -39,48 +39,6 @@ pytestmark = [
 ]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-TYPES = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
-         torch.int32: "i32", torch.int64: "i64", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-         torch.bool: "i1"}
-
-
-def _type(value):
-    if isinstance(value, torch.Tensor):
-        return "*" + TYPES[value.dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -(2**31) <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"an argument the compile check cannot type: {value!r}")
-
-
-def _record(monkeypatch) -> list:
-    from triton.runtime import interpreter as interp
-
-    seen, records = set(), []
-    call = interp.GridExecutor.__call__
-
-    def recording(self, *args, **kwargs):
-        spec = inspect.getfullargspec(self.fn)
-        kept = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
-        bound = inspect.getcallargs(self.fn, *args, **kept)
-        consts = {k: bound[k] for k in self.constexprs}
-        consts.update({k: None for k, v in bound.items() if v is None})
-        sig = {k: ("constexpr" if k in consts else _type(v)) for k, v in bound.items()}
-        rec = {"module": self.fn.__module__, "name": self.fn.__name__, "signature": sig,
-               "constexprs": consts, "num_warps": int(kwargs.get("num_warps", 4))}
-        key = json.dumps(rec, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            records.append(rec)
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(interp.GridExecutor, "__call__", recording)
-    return records
-
-
 def _launch_all(v, semiring_list=("log", "max"), time_parallel=True):
     for sr in semiring_list:
         p = launch.plan_for(v.cum_scores, v.transition, v.K, sr, time_parallel=time_parallel)
@@ -95,7 +53,7 @@ def _launch_all(v, semiring_list=("log", "max"), time_parallel=True):
 
 
 def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
-    records = _record(monkeypatch)
+    records = record_launches(monkeypatch.setattr)
     cc = (3, 13, 4, 5, "ragged", "both", False)
     kcc = (2, 12, 3, 3, "ragged", "both", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 5)

@@ -1,0 +1,79 @@
+"""Probe (issue 25): registers a thread and spills of the blocked engine's kernels on an H100 / H200
+(sm_90), measured on a machine without a GPU: the interpreter records the launches of one small
+call at the genomics width (K = 960, C = 47; T = 12, so the interpreter is quick), then the
+kernels are compiled for sm_90 with Triton and the bundled ``ptxas -v`` (no device).
+
+    python benchmarks/probes/blocked_registers.py            # $OUT/blocked_registers.json
+    TILES=32x64x16,16x32x32 python benchmarks/probes/blocked_registers.py
+
+Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the linear (random model,
+dense durations) and log-space (max semiring) block sums; spilled bytes are what made large
+tiles slow on the H200 (GPU_NOTES 43).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
+
+import torch  # noqa: E402
+
+from compile_kernels import record_launches  # noqa: E402
+from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
+from torch_semimarkov.engines.triton import launch  # noqa: E402
+from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
+
+TILES = [tuple(int(x) for x in t.split("x")) for t in os.environ.get("TILES", "32x64x16,16x32x32,16x32x16").split(",")]
+B, T, K, C = 1, 12, 960, 47
+
+
+def main():
+    g = torch.Generator().manual_seed(0)
+    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g).cumsum(1), (0, 0, 1, 0))
+    v = validate_streaming_inputs(cum, 0.1 * torch.randn(C, C, generator=g), 0.1 * torch.randn(K, C, generator=g),
+                                  torch.tensor([T]), K, "log", None, None)
+    patches = []
+    records = record_launches(lambda obj, name, value: (patches.append((obj, name, getattr(obj, name))),
+                                                        setattr(obj, name, value)))
+    plan_mod.FORCE_BLOCKED = True
+    for tile in TILES:
+        plan_mod.BLOCK_OVERRIDE = tile
+        for sr in ("log", "max"):
+            p = launch.plan_for(v.cum_scores, v.transition, v.K, sr)
+            launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr, None, None,
+                                  plan=p, save_for_backward=False)
+    for obj, name, value in patches:
+        setattr(obj, name, value)
+    records = [r for r in records if r["name"] == "_blk_chunks_kernel"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "launches.json")
+        json.dump(records, open(path, "w"))
+        env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
+        env.update(TSM_COMPILE_REPORT="1", TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
+                   PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""))
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "engines", "triton", "compile_kernels.py"),
+                              path], env=env, capture_output=True, text=True, timeout=1200)
+    rows = []
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            c = r["constexprs"]
+            rows.append({"tile": [c.get("BT"), c.get("RB"), c.get("CB")], "linear": c.get("LINEAR"),
+                         "is_max": c.get("IS_MAX"), "phase": c.get("PHASE"), "reverse": c.get("REVERSE"),
+                         "num_warps": r["num_warps"], "registers": r["registers"],
+                         "spill_store_bytes": r["spill_store_bytes"], "spill_load_bytes": r["spill_load_bytes"]})
+            print(rows[-1], flush=True)
+    if out.returncode:
+        print(out.stdout[-3000:], out.stderr[-3000:])
+    dest = os.path.join(os.environ.get("OUT", "/tmp"), "blocked_registers.json")
+    json.dump({"target": "sm_90 (ptxas -v, no device)", "shape": [B, T, K, C], "rows": rows}, open(dest, "w"), indent=1)
+    print("saved", dest)
+
+
+if __name__ == "__main__":
+    main()
