@@ -4,11 +4,11 @@ call at the genomics width (K = 960, C = 47; T = 12, so the interpreter is quick
 kernels are compiled for sm_90 with Triton and the bundled ``ptxas -v`` (no device).
 
     python benchmarks/probes/blocked_registers.py            # $OUT/blocked_registers.json
-    TILES=32x64x16,16x32x32 python benchmarks/probes/blocked_registers.py
+    TILES=32x64x16,16x32x32 LINEAR=None,False,3 python benchmarks/probes/blocked_registers.py
 
-Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the linear (random model,
-dense durations) and log-space (max semiring) block sums; spilled bytes are what made large
-tiles slow on the H200 (GPU_NOTES 43).
+Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the log semiring's block sums
+(linear with one shift, log space, residue classes: ``LINEAR``) and the max semiring's; spilled
+bytes are what made large tiles slow on the H200 (GPU_NOTES 43, 50).
 """
 import json
 import os
@@ -29,6 +29,8 @@ from torch_semimarkov.engines.triton import launch  # noqa: E402
 from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
 
 TILES = [tuple(int(x) for x in t.split("x")) for t in os.environ.get("TILES", "32x64x16,16x32x32,16x32x16").split(",")]
+# the log semiring's block sums: None (linear, one shift: dense durations), False (log space), 3 (residue classes)
+LINEAR = [{"None": None, "False": False, "3": 3}[x] for x in os.environ.get("LINEAR", "None,False,3").split(",")]
 B, T, K, C = 1, 12, 960, 47
 
 
@@ -43,10 +45,12 @@ def main():
     plan_mod.FORCE_BLOCKED = True
     for tile in TILES:
         plan_mod.BLOCK_OVERRIDE = tile
-        for sr in ("log", "max"):
+        for sr, linear in [("log", x) for x in LINEAR] + [("max", None)]:
+            plan_mod.BLOCKED_LINEAR = linear
             p = launch.plan_for(v.cum_scores, v.transition, v.K, sr)
             launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr, None, None,
                                   plan=p, save_for_backward=False)
+    plan_mod.BLOCKED_LINEAR = None
     for obj, name, value in patches:
         setattr(obj, name, value)
     records = [r for r in records if r["name"] == "_blk_chunks_kernel"]
