@@ -11,6 +11,7 @@ Triton's front end, LLVM and the bundled ptxas all run on the CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -39,9 +40,13 @@ pytestmark = [
 ]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-def _launch_all(v, semiring_list=("log", "max"), time_parallel=True):
+def _launch_all(v, semiring_list=("log", "max"), time_parallel=True, wide=False):
+    """Forward and beta (log), forward and Viterbi (max); ``wide``: with 64-bit offsets (``idx64``,
+    the plan of (T+1)·C near 2^31), whose integer types the interpreter does not check."""
     for sr in semiring_list:
         p = launch.plan_for(v.cum_scores, v.transition, v.K, sr, time_parallel=time_parallel)
+        if wide:
+            p = dataclasses.replace(p, idx64=True)
         z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr,
                                          v.proj_start, v.proj_end, plan=p)
         if sr == "log":
@@ -58,8 +63,9 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     kcc = (2, 12, 3, 3, "ragged", "both", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 5)
     for case in (cc, kcc):
-        _launch_all(validated(inputs(case, seed=1)), time_parallel=False)  # sequential
-        _launch_all(validated(inputs(case, seed=1)))                         # time-parallel
+        for wide in (False, True):
+            _launch_all(validated(inputs(case, seed=1)), time_parallel=False, wide=wide)  # sequential
+            _launch_all(validated(inputs(case, seed=1)), wide=wide)                         # time-parallel
     monkeypatch.setattr(plan_mod, "FORCE_MEMORY_RING", True)
     _launch_all(validated(inputs(cc, seed=2)), time_parallel=False)
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", 2)
@@ -76,6 +82,8 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
         monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
         monkeypatch.setattr(plan_mod, "BLOCKED_MARGINALS", marg)
         _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)), semirings)
+        if linear is None:
+            _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)), semirings, wide=True)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
