@@ -139,7 +139,7 @@ if HAS_TRITON:
         if REVERSE:
             j0 = n_chunks - 2
         else:
-            j0 = n_chunks * 0 + 1
+            j0 = 1
         count = n_chunks - 1
         if PHASE == 2:
             j0 = tl.program_id(1)
