@@ -1,13 +1,15 @@
-"""Every Triton kernel variant the engine launches compiles for a GPU (sm_90) on this CPU machine.
+"""The Triton kernel variants that a set of small calls launches compile for a GPU (sm_90) on this
+CPU machine.
 
 The interpreter runs a kernel's Python and lets through what the compiler rejects (a variable that
 changes type inside a branch, which an H200 run of the chunk-sweep refactor found, GPU_NOTES 53).
 This test records the launches of a set of small calls that reach every kernel family (forward,
-beta and Viterbi on the register and memory rings, sequential and time-parallel; (K, C, C)
-transitions; the blocked engine with linear, residue-class and log-space block sums and its
-marginal tiles; masks, entropy, samples, k-best) and compiles each distinct variant with
-``triton.compile`` for ``cuda:90`` in a process without the interpreter (``compile_kernels.py``:
-Triton's front end, LLVM and the bundled ptxas all run on the CPU)."""
+beta and Viterbi on the register and memory rings, sequential and time-parallel, with 32- and
+64-bit offsets; (K, C, C) transitions; the blocked engine with linear, residue-class and log-space
+block sums and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
+compiles each distinct variant for ``cuda:90`` in a process without the interpreter
+(``compile_kernels.py``): to Triton IR, where type and shape errors surface, or with
+``TSM_COMPILE_FULL=1`` down to the cubin (LLVM and Triton's ptxas run on the CPU too)."""
 
 from __future__ import annotations
 
