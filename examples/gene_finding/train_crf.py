@@ -149,7 +149,10 @@ def main(argv=None):
     ap.add_argument("--stage", choices=("all", "cv", "final"), default="all")
     ap.add_argument("--only-folds", default=None, metavar="J,J",
                     help="cv: run only these folds (1-based), keeping the others already in OUT/crf_cv.json "
-                         "with the same configuration (a CV over several device calls)")
+                         "with the same configuration (a CV over several device calls); '' runs none")
+    ap.add_argument("--merge", nargs="*", default=[], metavar="JSON",
+                    help="cv / final: take the folds (and a test result) of these crf_cv.json files, runs of the "
+                         "same configuration (e.g. folds run at once on several GPUs, each with its own --out)")
     ap.add_argument("--ghmm-config", default=None, help="JSON of GHMMConfig fields (e.g. the CV-selected one)")
     ap.add_argument("--max-duration", type=int, default=None)
     ap.add_argument("--reg", type=float, default=0.05, help="L2 pull towards the GHMM (per locus of data)")
@@ -191,21 +194,32 @@ def main(argv=None):
     log(f"train_crf: {len(train_recs)} training loci, {len(test_recs)} test loci, K = {config.max_duration}, "
         f"device {device}, stage {args.stage}")
     folds = np.random.default_rng(args.seed).permutation(len(train_recs)) % args.folds
-    t0 = time.perf_counter()
-    models = fit_ghmms(train_recs, folds, config, args.procs)
-    log(f"  {args.folds + 1} GHMM fits: {time.perf_counter() - t0:.1f} s")
-    t0 = time.perf_counter()
-    feats = features_for(models, train_recs, [int(f) for f in folds], args.procs)
-    log(f"  out-of-fold features of {len(feats)} training loci: {time.perf_counter() - t0:.1f} s")
-    grammar = models["all"].grammar
-    lengths = [f.T for f in feats]
     result_path = os.path.join(args.out, "crf_cv.json")
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
     setup = dict(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params,
-                 max_train_length=args.max_train_length, budget=args.budget)
+                 max_train_length=args.max_train_length, budget=args.budget, max_iter=args.max_iter)
     same = all(results.get(k) == v for k, v in setup.items())
-    results.update(**setup, device=str(device),
-                   gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
+    merged = {}
+    for path in args.merge:
+        other = json.load(open(path))
+        if not all(other.get(k) == v for k, v in setup.items()):
+            raise ValueError(f"--merge {path}: a run of another configuration (compare its config, folds, reg, "
+                             "params, max_train_length, budget and max_iter with this run's)")
+        merged.update({r["fold"]: r for r in other.get("cv", [])})
+        if "test" in other:
+            results["test"] = other["test"]
+    todo = range(args.folds) if args.only_folds is None else [int(x) - 1 for x in args.only_folds.split(",") if x]
+    results.update(**setup)
+    if args.stage != "cv" or todo:  # (a cv stage with no folds to run only merges)
+        t0 = time.perf_counter()
+        models = fit_ghmms(train_recs, folds, config, args.procs)
+        log(f"  {args.folds + 1} GHMM fits: {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        feats = features_for(models, train_recs, [int(f) for f in folds], args.procs)
+        log(f"  out-of-fold features of {len(feats)} training loci: {time.perf_counter() - t0:.1f} s")
+        grammar = models["all"].grammar
+        lengths = [f.T for f in feats]
+        results.update(device=str(device), gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
 
     def fit(model_key, train_idx):
         crf = FeatureCRF(models[model_key]).to(device)
@@ -222,7 +236,7 @@ def main(argv=None):
     if args.stage in ("all", "cv"):
         # folds already in OUT/crf_cv.json (same config) are kept: a CV can span several runs
         done = {r["fold"]: r for r in results.get("cv", [])} if same else {}
-        todo = range(args.folds) if args.only_folds is None else [int(x) - 1 for x in args.only_folds.split(",")]
+        done.update(merged)
         for j in todo:
             done.pop(j, None)
         cv = [done[j] for j in sorted(done)]

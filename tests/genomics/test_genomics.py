@@ -351,7 +351,8 @@ def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path, monkeypatch, cap
 @pytest.mark.integration
 def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     """train_crf.py on the CPU with intron tails: fold 1 in one run, fold 2 and the final stage in
-    a second (``--only-folds`` keeps the first run's fold), then the selected model predicts the
+    a second that takes the first's fold with ``--merge`` (folds run apart, e.g. one per GPU; a run of
+    another configuration is refused), then the selected model predicts the
     test loci (GFF3 with posterior scores) and both test rows are recorded. The weights train on the
     loci of at most 2,000 bases (6 of the smoke's 25; 4,000 gave 18 and three times the test's
     time): the same stages, files and checks, and every fit still has loci to train on. Batches of
@@ -366,11 +367,14 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
             "--procs", "1", "--budget", "1", "--max-iter", "1", "--max-train-length", "2000", "--max-batch", "2",
             "--ghmm-config", str(cfg)]
     run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
-    first = run("--stage", "cv", "--only-folds", "1")
+    first = run("--stage", "cv", "--only-folds", "1", "--out", str(tmp_path / "fold1"))
     assert "run the others with --only-folds" in first.stdout
-    res = json.loads((out / "crf_cv.json").read_text())
+    res = json.loads((tmp_path / "fold1" / "crf_cv.json").read_text())
     assert [r["fold"] for r in res["cv"]] == [0] and "cv_mean" not in res
-    run("--stage", "all", "--only-folds", "2")
+    with pytest.raises(subprocess.CalledProcessError) as other:  # another configuration's folds
+        run("--stage", "cv", "--only-folds", "", "--reg", "0.5", "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
+    assert "a run of another configuration" in other.value.stderr
+    run("--stage", "all", "--only-folds", "2", "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
     res = json.loads((out / "crf_cv.json").read_text())
     assert [r["fold"] for r in res["cv"]] == [0, 1]
     assert res["selected"] in ("crf", "ghmm") and set(res["cv_mean"]) == {"crf", "ghmm"}
