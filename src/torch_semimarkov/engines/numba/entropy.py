@@ -122,6 +122,18 @@ def _end_marginal(t, c, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z,
 
 
 @njit(**KERNEL)
+def _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end):
+    """The backward's XT and EXT (C, L+1) (X_t and EX_t by end t) with column L, the sequence end
+    (beta_L = Eb_L = 0), filled in, and the end marginals of position L-1."""
+    C = A.shape[1]
+    XT = np.empty((C, L + 1))
+    EXT = np.zeros((C, L + 1))
+    for c in range(C):
+        _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
+    return XT, EXT
+
+
+@njit(**KERNEL)
 def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
                  Sq, psq, peq, has_psq, has_peq, limq, has_limq, Trq, Dq, phq,
                  grads, p_start, p_end, q_start, q_end, g_tr, g_db, w_tr, w_db):
@@ -180,14 +192,11 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
     if not grads or log_z == NINF or not math.isfinite(E):
         return log_z, E
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t and EX_t = Sq_t + peq_{t-1} + Eb_t, ascending
-    XT = np.empty((C, L + 1))
-    EXT = np.zeros((C, L + 1))
+    XT, EXT = _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end)
     v = np.empty(C)
     EV = np.empty(C)
     AdbT = np.zeros((C, K))
     GdbT = np.zeros((C, K))
-    for c in range(C):
-        _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
     for s in range(L - 1, -1, -1):
         limit_window(lim, has_lim, 1, s, min(K, L - s), klim)
         for c in range(C):
@@ -340,26 +349,6 @@ def _row_sums(a, ev, trq, EV, z):
 
 
 @njit(**KERNEL)
-def _row_exact(tr, V, trq, EV, z):
-    """_row_sums in the log domain: x = tr + V, z = exp(x - max x); returns (max x, sum z, sum z (trq + EV))."""
-    n = z.shape[0]
-    m = NINF
-    for i in range(n):
-        m = fmax(m, tr[i] + V[i])
-    if m == NINF:
-        return m, 0.0, 0.0
-    for i in range(n):
-        z[i] = fexp((tr[i] + V[i]) - m)
-    s = 0.0
-    e = 0.0
-    for i in range(n):
-        w = z[i]
-        s += w
-        e += w * (trq[i] + EV[i]) if w > 0.0 else 0.0
-    return m, s, e
-
-
-@njit(**KERNEL)
 def _row_edges(z, sc, ea, trq, EV, g, wt, colP, colW):
     """The edges from one predecessor label: mu = z · sc into g and colP, mu (ea + trq + EV) into wt and colW."""
     for i in range(z.shape[0]):
@@ -448,8 +437,7 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t, EX_t likewise; per start s the segment values
     # V^k(c) = ps_s - S_s + D[k-1, c] + X_{s+k}(c) (flat index k·C + c), then per source row c'
     # beta_s(c') and every edge (s, k, c', c) with mu = exp(A_s(c') + Tr + V - log Z)
-    XT = np.empty((C, L + 1))
-    EXT = np.zeros((C, L + 1))
+    XT, EXT = _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end)
     V = np.empty(KC)
     EV = np.empty(KC)
     ev = np.empty(KC)
@@ -458,8 +446,6 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
     colW = np.empty(KC)
     GT = np.zeros((C, KC))
     WT = np.zeros((C, KC))
-    for c in range(C):
-        _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
     for s in range(L - 1, -1, -1):
         limit_window(lim, has_lim, 1, s, min(K, L - s), klim)
         vm = NINF
@@ -493,8 +479,8 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
                 if vm != NINF and tmR[cp] != NINF:
                     rs, rn = _row_sums(eTrR[cp], ev, TrqR[cp], EV, z)
                     ref = tmR[cp] + vm
-                    if rs < TINY:
-                        ref, rs, rn = _row_exact(TrR[cp], V, TrqR[cp], EV, z)
+                    if rs < TINY:  # the same sums in the log domain
+                        ref, rs, rn = _window(TrR[cp], V, TrqR[cp], EV, KC, z)
                 beta = ref + math.log(rs) if rs > 0.0 else NINF
                 Eb = rn / rs if rs > 0.0 else 0.0
                 pend = _end_marginal(s, cp, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end,
