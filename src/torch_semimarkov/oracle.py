@@ -146,6 +146,23 @@ def _score_labelled(S, Tr, D, ps, pe, durations, labels):
     return total
 
 
+def _labelled_segmentations(S, Tr, D, ps, pe, L, K, C):
+    """Every labelled segmentation of one sequence of length L, by duration tuple: yields
+    ``(durations, labels (N, m), scores (N,))`` with the N = C^m labellings of the m segments in
+    lexicographic order."""
+    for durations in _compositions(L, K):
+        m = len(durations)
+        labels = torch.tensor(list(itertools.product(range(C), repeat=m)), dtype=torch.long,
+                              device=S.device).reshape(-1, m)
+        yield durations, labels, _score_labelled(S, Tr, D, ps, pe, durations, labels)
+
+
+def _check_enumerable(name: str, T: int) -> None:
+    """Enumeration grows like (C+1)^T: refuse T > :data:`BRUTE_FORCE_MAX_T`."""
+    if T > BRUTE_FORCE_MAX_T:
+        raise ValueError(f"{name} enumerates every segmentation; T must be <= {BRUTE_FORCE_MAX_T}, got {T}")
+
+
 def brute_force(
     cum_scores: torch.Tensor,
     transition: torch.Tensor,
@@ -177,8 +194,7 @@ def brute_force(
     S, Tr, D, ps, pe, lens, B, T, C = _prepare(
         cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end
     )
-    if T > BRUTE_FORCE_MAX_T:
-        raise ValueError(f"brute_force enumerates every segmentation; T must be <= {BRUTE_FORCE_MAX_T}, got {T}")
+    _check_enumerable("brute_force", T)
     dev = S.device
     log_Z, max_score, argmax, counts, unique = [], [], [], [], []
     start = torch.zeros(B, T, C, dtype=torch.float64, device=dev)
@@ -188,11 +204,7 @@ def brute_force(
         L = lens[b]
         blocks = []
         best = None
-        for durations in _compositions(L, K):
-            m = len(durations)
-            labels = torch.tensor(list(itertools.product(range(C), repeat=m)), dtype=torch.long, device=dev)
-            labels = labels.reshape(-1, m)
-            log_scores = _score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels)
+        for durations, labels, log_scores in _labelled_segmentations(S[b], Tr, D, ps[b], pe[b], L, K, C):
             with torch.no_grad():
                 max_scores = log_scores.detach()
                 i = int(torch.argmax(max_scores))
@@ -439,16 +451,12 @@ def enumerate_segmentations(
         (6, (Segment(start=0, end=1, label=0), Segment(start=1, end=2, label=0)))
     """
     S, Tr, D, ps, pe, lens, B, T, C = _prepare(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end)
-    if T > BRUTE_FORCE_MAX_T:
-        raise ValueError(f"enumerate_segmentations enumerates every segmentation; T must be <= {BRUTE_FORCE_MAX_T}, got {T}")
+    _check_enumerable("enumerate_segmentations", T)
     out = []
     for b in range(B):
         segs, scores = [], []
-        for durations in _compositions(lens[b], K):
-            m = len(durations)
-            labels = torch.tensor(list(itertools.product(range(C), repeat=m)), dtype=torch.long,
-                                  device=S.device).reshape(-1, m)
-            scores.append(_score_labelled(S[b], Tr, D, ps[b], pe[b], durations, labels))
+        for durations, labels, score in _labelled_segmentations(S[b], Tr, D, ps[b], pe[b], lens[b], K, C):
+            scores.append(score)
             bounds = list(itertools.accumulate((0,) + durations))
             for row in labels.tolist():
                 segs.append(tuple(Segment(bounds[i], bounds[i + 1], c) for i, c in enumerate(row)))
