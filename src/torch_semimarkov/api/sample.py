@@ -134,10 +134,7 @@ def semi_crf_streaming_sample(
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                     label_mask, boundary_mask, validate, backend, use_triton)
-    if choice == "must" and (lm is not None or bm is not None):
-        raise ValueError("backend='triton' samples without masks only; use backend='auto' or 'torch' with "
-                         "label_mask / boundary_mask")
+                                     label_mask, boundary_mask, validate, backend, use_triton, "samples")
     with torch.no_grad():
         if choice != "no" and engine_samples(inp, lm, bm):
             return _sample_on_engine(inp, num_samples, generator)

@@ -98,10 +98,7 @@ def semi_crf_streaming_topk(
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                     label_mask, boundary_mask, validate, backend, use_triton)
-    if choice == "must" and (lm is not None or bm is not None):
-        raise ValueError("backend='triton' runs k-best lists without masks only; use backend='auto' or 'torch' "
-                         "with label_mask / boundary_mask")
+                                     label_mask, boundary_mask, validate, backend, use_triton, "runs k-best lists")
     if choice != "no" and lm is None and bm is None and engine_takes(inp):
         out = _topk_on_engine(inp, k)
         if out is not None:
