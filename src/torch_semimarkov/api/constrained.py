@@ -17,8 +17,8 @@ def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, pr
     """``(inputs, label_mask, boundary_mask, engine)``: the checked inputs and masks, and whether
     the call may (``"may"``) or must (``"must"``) run on the engine's kernels, or not (``"no"``).
 
-    ``unmasked_kernels``: what the call's kernels do, for a call whose kernels take no masks
-    (``"samples"``): ``backend="triton"`` with a mask then raises ``ValueError``."""
+    ``unmasked_kernels``: for a call whose kernels take no masks, what they do (``"samples"``,
+    ``"runs k-best lists"``): ``backend="triton"`` with a mask then raises ``ValueError``."""
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
                                     check_values=validate or debug_checks(), label_mask=label_mask,
                                     boundary_mask=boundary_mask)
