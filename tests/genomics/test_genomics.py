@@ -383,3 +383,22 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
         assert 0.0 <= res["test"][kind]["metrics"]["exon_f1"] <= 1.0
     gff = (out / "test_feature_crf.gff3").read_text()
     assert gff.startswith("##gff-version 3") and "##sequence-region" in gff
+
+
+@pytest.mark.integration
+def test_mea_cv_smoke_selects_a_decoder_by_cv_then_predicts_test(tutorial_paths, tmp_path):
+    """mea_cv.py on the CPU: every fold decoded by Viterbi and each threshold, the decoder with the
+    best mean CV exon F1 selected, the test loci decoded once by it (GFF3 and metrics)."""
+    _, root = tutorial_paths
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "mea"
+    subprocess.run([sys.executable, os.path.join(EXAMPLE, "mea_cv.py"), "--smoke", "--data", root, "--out", str(out),
+                    "--procs", "1", "--thresholds", "0.3,0.5"], env=env, check=True, capture_output=True, text=True,
+                   timeout=300)
+    res = json.loads((out / "mea_cv.json").read_text())
+    assert [r["fold"] for r in res["cv"]] == [0, 1]
+    assert set(res["cv_mean"]) == {"viterbi", "mea:0.3", "mea:0.5"}
+    best = max(v["exon_f1"] for v in res["cv_mean"].values())
+    assert res["cv_mean"][res["selected"]]["exon_f1"] == best and res["test"]["decoder"] == res["selected"]
+    assert 0.0 <= res["test"]["metrics"]["exon_f1"] <= 1.0
+    assert (out / "test_ghmm_mea.gff3").read_text().startswith("##gff-version 3")

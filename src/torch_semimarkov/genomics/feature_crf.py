@@ -230,7 +230,7 @@ class FeatureCRF(nn.Module):
     def engine_inputs(self, batch: PackedBatch, dtype: torch.dtype = torch.float32):
         """``(cum_scores, transition, duration_bias, proj_start, proj_end)`` of the batch, differentiable
         in the parameters (float32 for the GPU engine by default)."""
-        B, T, C, K = batch.batch, batch.T, self.C, self.K
+        B, T, C = batch.batch, batch.T, self.C
         dev = batch.lengths.device
         parts = {p: torch.zeros(B, T, C, dtype=dtype, device=dev) for p in _PARTS}
         w = self.weights.to(dtype)
@@ -332,9 +332,47 @@ class FeatureCRF(nn.Module):
         cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
         out = semi_crf_streaming_viterbi(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
                                          backend=backend, validate=False)
-        offsets = out.segment_offsets.tolist()
-        s, e, c = out.segment_starts.tolist(), out.segment_ends.tolist(), out.segment_labels.tolist()
-        return [list(zip(s[a:z], e[a:z], c[a:z])) for a, z in zip(offsets[:-1], offsets[1:])]
+        return _segment_lists(out)
+
+    @torch.no_grad()
+    def decode_mea(self, batch: PackedBatch, thresholds: Sequence[float], dtype: torch.dtype = torch.float32,
+                   backend: str = "auto") -> Dict[float, List[List[Tuple[int, int, int]]]]:
+        """Maximum expected boundary accuracy decoding, for each threshold ``kappa``: the parse that
+        maximises the sum over its coding segments of ``(P(start) + P(end)) / 2 - kappa``.
+
+        ``P(start)`` is the posterior probability that a segment of the segment's label starts where
+        it starts, ``P(end)`` that one ends where it ends (one forward-backward pass for all
+        thresholds). The parse ranges over what the model allows (its forbidden moves, lengths and
+        boundaries stay forbidden); non-coding segments add nothing. A coding segment enters the
+        parse only when its boundaries' posteriors beat ``kappa``: a higher threshold predicts fewer,
+        surer exons (exon specificity up, sensitivity down), the trade-off Viterbi cannot make.
+        After Gross et al. (2007) and DeCaprio et al. (2007), who decode gene structures this way.
+
+        Returns:
+            ``{kappa: segmentations}``, each as :meth:`decode` returns them.
+        """
+        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        m = semi_crf_streaming_marginals(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                         backend=backend, validate=False)
+        coding = torch.tensor([lab.coding for lab in self.grammar.labels], device=cum.device)
+
+        def allowed(x):  # 0 where the model allows, -inf where it forbids
+            return torch.where(torch.isfinite(x), torch.zeros_like(x), x)
+
+        tr0, db0, ps0, pe0 = allowed(tr), allowed(db), allowed(ps), allowed(pe)
+        # the engine's first-segment term logsumexp_{c'} Tr[c', c] (log of the number of allowed
+        # predecessors here) is cancelled, as in engine_inputs
+        lse = torch.logsumexp(tr0, 0)
+        ps0[:, 0] = ps0[:, 0] - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        zero = torch.zeros_like(cum)
+        out = {}
+        for kappa in thresholds:
+            gain_s = torch.where(coding, 0.5 * (m.start.to(dtype) - float(kappa)), zero.new_zeros(()))
+            gain_e = torch.where(coding, 0.5 * (m.end.to(dtype) - float(kappa)), zero.new_zeros(()))
+            best = semi_crf_streaming_viterbi(zero, tr0, db0, batch.lengths, self.K, proj_start=ps0 + gain_s,
+                                              proj_end=pe0 + gain_e, backend=backend, validate=False)
+            out[kappa] = _segment_lists(best)
+        return out
 
     @torch.no_grad()
     def exon_posteriors(self, batch: PackedBatch, segments: Sequence[Sequence[Tuple[int, int, int]]],
@@ -362,3 +400,10 @@ class FeatureCRF(nn.Module):
                     run.append(seg)
             out.append(scores)
         return out
+
+
+def _segment_lists(out) -> List[List[Tuple[int, int, int]]]:
+    """``[(start, end, label)]`` per sequence of a Viterbi result."""
+    offsets = out.segment_offsets.tolist()
+    s, e, c = out.segment_starts.tolist(), out.segment_ends.tolist(), out.segment_labels.tolist()
+    return [list(zip(s[a:z], e[a:z], c[a:z])) for a, z in zip(offsets[:-1], offsets[1:])]
