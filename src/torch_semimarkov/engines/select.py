@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
-import torch
-
 from torch_semimarkov.core.masks import segment_limits
 from torch_semimarkov.core.validation import StreamingInputs
 from torch_semimarkov.engines.available import numba_available, numba_engine, triton_available
