@@ -283,3 +283,23 @@ def test_write_gff3_alternatives_and_read_cds():
             assert rc == 0, out
         finally:
             os.unlink(f.name)
+
+
+def test_ghmm_posterior_decoding_threshold(predict, tiny_data, tmp_path):
+    """``--mea KAPPA``: above 1 no exon's boundary posteriors can beat the threshold, so no gene is
+    predicted where Viterbi predicts some; at 0.6 the genes are valid GFF3 with scored exons, and
+    never more exons than at 0.3 (a higher threshold keeps fewer); without --ghmm it is refused."""
+    train, test, _ = tiny_data
+    common = ["--ghmm", train, "--input", test, "--max-duration", "200", "--order", "2"]
+    outs = {}
+    for name, extra in (("viterbi", []), ("0.3", ["--mea", "0.3"]), ("0.6", ["--mea", "0.6"]), ("1.5", ["--mea", "1.5"])):
+        outs[name] = tmp_path / f"{name}.gff3"
+        assert predict.main(common + ["--out", str(outs[name])] + extra) == 0
+    exons = {k: sum(len(g.exons) for gs in read_cds(str(v)).values() for g in gs) for k, v in outs.items()}
+    assert exons["viterbi"] > 0 and exons["1.5"] == 0 and exons["0.6"] <= exons["0.3"]
+    feats, _ = parse(outs["0.6"].read_text())
+    scores = [float(f["score"]) for f in feats if f["type"] == "exon"]
+    assert all(0 < s <= 1 + 1e-9 for s in scores)
+    with pytest.raises(SystemExit):
+        predict.main(["--checkpoint", train, "--input", test, "--out", str(tmp_path / "x.gff3"), "--mea", "0.6"])
+    _gt_ok(outs["0.6"])

@@ -59,7 +59,8 @@ from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
 from torch_semimarkov.genomics.ghmm import COMPONENTS, GHMM, GHMMFeatures
 from torch_semimarkov.genomics.records import Gene
 
-__all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "SEQUENCE_COMPONENTS", "STATIC_COMPONENTS"]
+__all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "mea_decode", "SEQUENCE_COMPONENTS",
+           "STATIC_COMPONENTS"]
 
 #: components whose values depend on the sequence (packed per locus)
 SEQUENCE_COMPONENTS = ("content_intergenic", "content_intron", "content_coding", "inframe_stop", "donor",
@@ -352,27 +353,9 @@ class FeatureCRF(nn.Module):
             ``{kappa: segmentations}``, each as :meth:`decode` returns them.
         """
         cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
-        m = semi_crf_streaming_marginals(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
-                                         backend=backend, validate=False)
-        coding = torch.tensor([lab.coding for lab in self.grammar.labels], device=cum.device)
-
-        def allowed(x):  # 0 where the model allows, -inf where it forbids
-            return torch.where(torch.isfinite(x), torch.zeros_like(x), x)
-
-        tr0, db0, ps0, pe0 = allowed(tr), allowed(db), allowed(ps), allowed(pe)
-        # the engine's first-segment term logsumexp_{c'} Tr[c', c] (log of the number of allowed
-        # predecessors here) is cancelled, as in engine_inputs
-        lse = torch.logsumexp(tr0, 0)
-        ps0[:, 0] = ps0[:, 0] - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
-        zero = torch.zeros_like(cum)
-        out = {}
-        for kappa in thresholds:
-            gain_s = torch.where(coding, 0.5 * (m.start.to(dtype) - float(kappa)), zero.new_zeros(()))
-            gain_e = torch.where(coding, 0.5 * (m.end.to(dtype) - float(kappa)), zero.new_zeros(()))
-            best = semi_crf_streaming_viterbi(zero, tr0, db0, batch.lengths, self.K, proj_start=ps0 + gain_s,
-                                              proj_end=pe0 + gain_e, backend=backend, validate=False)
-            out[kappa] = _segment_lists(best)
-        return out
+        coding = [lab.coding for lab in self.grammar.labels]
+        return mea_decode(cum, tr, db, batch.lengths, self.K, coding, thresholds, proj_start=ps, proj_end=pe,
+                          backend=backend)
 
     @torch.no_grad()
     def exon_posteriors(self, batch: PackedBatch, segments: Sequence[Sequence[Tuple[int, int, int]]],
@@ -400,6 +383,55 @@ class FeatureCRF(nn.Module):
                     run.append(seg)
             out.append(scores)
         return out
+
+
+@torch.no_grad()
+def mea_decode(cum_scores: torch.Tensor, transition: torch.Tensor, duration_bias: torch.Tensor,
+               lengths: torch.Tensor, K: int, coding: Sequence[bool], thresholds: Sequence[float],
+               proj_start: Optional[torch.Tensor] = None, proj_end: Optional[torch.Tensor] = None,
+               marginals=None, backend: str = "auto") -> Dict[float, List[List[Tuple[int, int, int]]]]:
+    """Maximum expected boundary accuracy decoding of a semi-CRF given by its engine inputs
+    (:meth:`FeatureCRF.decode_mea` explains the objective).
+
+    Args:
+        cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end: the model, as
+            :func:`~torch_semimarkov.semi_crf_streaming_marginals` takes it ((B, T+1, C), (C, C),
+            (K, C), (B,), int, (B, T, C), (B, T, C)).
+        coding: (C,) which labels are coding (their segments earn the gain; the others none).
+        thresholds: the kappa values (one Viterbi pass each).
+        marginals: the model's :class:`~torch_semimarkov.MarginalsResult` if already computed.
+
+    Returns:
+        ``{kappa: [[(start, end, label), ...] per sequence]}``.
+    """
+    if len(coding) != cum_scores.shape[-1]:
+        raise ValueError(f"coding has {len(coding)} entries for {cum_scores.shape[-1]} labels")
+    m = marginals if marginals is not None else semi_crf_streaming_marginals(
+        cum_scores, transition, duration_bias, lengths, K, proj_start=proj_start, proj_end=proj_end,
+        backend=backend, validate=False)
+    dtype, dev = cum_scores.dtype, cum_scores.device
+    is_coding = torch.tensor(list(coding), dtype=torch.bool, device=dev)
+
+    def allowed(x):  # 0 where the model allows, -inf where it forbids
+        return None if x is None else torch.where(torch.isfinite(x), torch.zeros_like(x), x)
+
+    tr0, db0 = allowed(transition), allowed(duration_bias)
+    ps0 = allowed(proj_start) if proj_start is not None else cum_scores.new_zeros(m.start.shape)
+    pe0 = allowed(proj_end) if proj_end is not None else cum_scores.new_zeros(m.end.shape)
+    # the engine's first-segment term logsumexp_{c'} Tr[c', c] (the log of the number of allowed
+    # predecessors here) is cancelled: a parse's first label costs nothing beyond what is allowed
+    lse = torch.logsumexp(tr0, 0)
+    ps0 = ps0.clone()
+    ps0[:, 0] = ps0[:, 0] - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    zero = torch.zeros_like(cum_scores)
+    out = {}
+    for kappa in thresholds:
+        gain_s = torch.where(is_coding, 0.5 * (m.start.to(dtype) - float(kappa)), zero.new_zeros(()))
+        gain_e = torch.where(is_coding, 0.5 * (m.end.to(dtype) - float(kappa)), zero.new_zeros(()))
+        best = semi_crf_streaming_viterbi(zero, tr0, db0, lengths, K, proj_start=ps0 + gain_s, proj_end=pe0 + gain_e,
+                                          backend=backend, validate=False)
+        out[kappa] = _segment_lists(best)
+    return out
 
 
 def _segment_lists(out) -> List[List[Tuple[int, int, int]]]:
