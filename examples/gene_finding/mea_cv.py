@@ -24,31 +24,19 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_crf import batches, features_for, fit_ghmms  # noqa: E402
+from train_crf import decode, features_for, fit_ghmms  # noqa: E402
 
 from torch_semimarkov.genomics.evaluate import evaluate_predictions  # noqa: E402
-from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack  # noqa: E402
+from torch_semimarkov.genomics.feature_crf import FeatureCRF  # noqa: E402
 from torch_semimarkov.genomics.genbank import load_genbank, tutorial_data  # noqa: E402
 from torch_semimarkov.genomics.ghmm import GHMMConfig  # noqa: E402
 from torch_semimarkov.genomics.gff import write_gff3  # noqa: E402
 
 
-def decode_all(model: FeatureCRF, feats, records, thresholds, device, dtype, max_batch, log):
-    """``{decoder: {locus name: genes}}`` for "viterbi" and each threshold (one marginal pass a batch)."""
-    grammar = model.grammar
-    out = {"viterbi": {}, **{f"mea:{k:g}": {} for k in thresholds}}
-    order = batches(list(range(len(feats))), [f.T for f in feats], max_batch)
-    t0 = time.perf_counter()
-    for n, group in enumerate(order):
-        batch = pack([feats[i] for i in group], device=device, dtype=dtype)
-        found = {"viterbi": model.decode(batch, dtype)}
-        if thresholds:
-            found.update({f"mea:{k:g}": v for k, v in model.decode_mea(batch, thresholds, dtype).items()})
-        for name, segs in found.items():
-            for i, s in zip(group, segs):
-                out[name][records[i].name] = grammar.decode(s, prefix=f"{records[i].name}.g")
-        log(f"    batch {n + 1}/{len(order)} ({len(group)} loci, {batch.T} bases): {time.perf_counter() - t0:.0f} s")
-    return out
+def decode_all(model: FeatureCRF, feats, records, thresholds, device, dtype, max_batch):
+    """``{decoder: {locus name: genes}}`` for "viterbi" and each threshold (``train_crf.decode``)."""
+    found = decode(model, feats, records, model.grammar, device, dtype, max_batch, thresholds=thresholds)
+    return {name: preds for name, (preds, _) in found.items()}
 
 
 def main(argv=None):
@@ -100,7 +88,7 @@ def main(argv=None):
         log(f"  fold {j + 1}/{args.folds}: {len(held)} loci")
         recs = [train_recs[i] for i in held]
         preds = decode_all(FeatureCRF(models[j]).to(device), [feats[i] for i in held], recs, thresholds, device,
-                           dtype, args.max_batch, log)
+                           dtype, args.max_batch)
         row = {"fold": j, **{name: evaluate_predictions(recs, p) for name, p in preds.items()}}
         log("    exon F1 " + ", ".join(f"{name} {row[name]['exon_f1']:.3f}" for name in preds))
         cv.append(row)
@@ -116,7 +104,7 @@ def main(argv=None):
     kappa = [] if selected == "viterbi" else [float(selected.split(":")[1])]
     t0 = time.perf_counter()
     preds = decode_all(FeatureCRF(models["all"]).to(device), test_feats, test_recs, kappa, device, dtype,
-                       args.max_batch, log)[selected]
+                       args.max_batch)[selected]
     metrics = evaluate_predictions(test_recs, preds)
     results["test"] = {"decoder": selected, "metrics": metrics, "predict_seconds": time.perf_counter() - t0}
     name = "test_ghmm_mea.gff3"

@@ -8,8 +8,11 @@
    over the GHMM fitted without j learns its weights by the exact NLL of the gold labellings of the
    other folds' loci (L-BFGS, full batch, an L2 pull towards the GHMM); fold j is decoded by it and
    by the generative GHMM (weights 1): exon / gene F1 per fold, AUGUSTUS's definitions.
-4. The configuration with the better mean CV exon F1 (the GHMM or the CRF) predicts
-   ``genes.gb.test`` once: GFF3 with per-exon posterior scores, metrics.
+   With ``--thresholds``, both models are also decoded by their posteriors (``mea_cv.py``) at each
+   threshold.
+4. The model and decoder with the best mean CV exon F1 predict ``genes.gb.test`` once (both
+   models' Viterbi predictions are written too, the table's rows): GFF3 with per-exon posterior
+   scores, metrics.
 
 (Note: a training locus's out-of-fold sensors saw the held-out fold's genes when the weights for
 that fold are learned; the held-out fold's own scores never come from sensors that saw it.)
@@ -123,20 +126,26 @@ def train(crf: FeatureCRF, packed: List, reg: float, max_iter: int, budget_s: fl
             "loci_with_forbidden_gold": state["dropped"]}
 
 
-def decode(model, feats, records, grammar, device, dtype, max_batch, weights=None, posteriors=False):
-    """``{name: genes}`` (and per-locus exon scores) of records from their features."""
-    preds, scores = {}, {}
+def decode(model, feats, records, grammar, device, dtype, max_batch, posteriors=False, thresholds=()):
+    """``{decoder: ({name: genes}, {name: exon scores})}`` of records from their features: decoder
+    ``"viterbi"``, and ``"mea:KAPPA"`` (posterior decoding, :meth:`FeatureCRF.decode_mea`) for each
+    threshold; exon scores (posterior upper bounds) only with ``posteriors``."""
+    names = ["viterbi"] + [f"mea:{k:g}" for k in thresholds]
+    preds, scores = {n: {} for n in names}, {n: {} for n in names}
     lengths = [f.T for f in feats]
     for group in batches(list(range(len(feats))), lengths, max_batch):
         batch = pack([feats[i] for i in group], device=device, dtype=dtype)
-        segs = model.decode(batch, dtype)
-        post = model.exon_posteriors(batch, segs, dtype) if posteriors else [None] * len(group)
-        for i, s, p in zip(group, segs, post):
-            genes = grammar.decode(s, prefix=f"{records[i].name}.g")
-            preds[records[i].name] = genes
-            if p is not None:
-                scores[records[i].name] = [[p.get((e.start, e.end)) for e in gene.exons] for gene in genes]
-    return preds, scores
+        found = {"viterbi": model.decode(batch, dtype)}
+        if thresholds:
+            found.update({f"mea:{k:g}": v for k, v in model.decode_mea(batch, list(thresholds), dtype).items()})
+        for name, segs in found.items():
+            post = model.exon_posteriors(batch, segs, dtype) if posteriors else [None] * len(group)
+            for i, s, p in zip(group, segs, post):
+                genes = grammar.decode(s, prefix=f"{records[i].name}.g")
+                preds[name][records[i].name] = genes
+                if p is not None:
+                    scores[name][records[i].name] = [[p.get((e.start, e.end)) for e in gene.exons] for gene in genes]
+    return {n: (preds[n], scores[n]) for n in names}
 
 
 def main(argv=None):
@@ -161,6 +170,9 @@ def main(argv=None):
                     help="the parameters learned (of weights, offset, duration_delta, transition_delta); the "
                          "others stay at the GHMM's values")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit")
+    ap.add_argument("--thresholds", default="", metavar="K,K",
+                    help="also decode by posteriors (mea_cv.py) with these thresholds, for both models; the CV then "
+                         "selects among every model and decoder (e.g. 0.5,0.6,0.7)")
     ap.add_argument("--max-train-length", type=int, default=20000, help="longest locus the weights train on")
     ap.add_argument("--max-batch", type=int, default=128)
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
@@ -199,13 +211,18 @@ def main(argv=None):
         cfg_fields.update(max_duration=cfg_fields.get("max_duration", 240), order=2)
         args.max_iter, args.max_train_length, args.folds = min(args.max_iter, 2), min(args.max_train_length, 4000), 2
     config = GHMMConfig(**cfg_fields)
+    try:
+        thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--thresholds takes numbers separated by commas, got {args.thresholds!r}")
     log(f"train_crf: {len(train_recs)} training loci, {len(test_recs)} test loci, K = {config.max_duration}, "
         f"device {device}, stage {args.stage}")
     folds = np.random.default_rng(args.seed).permutation(len(train_recs)) % args.folds
     result_path = os.path.join(args.out, "crf_cv.json")
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
     setup = dict(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params,
-                 max_train_length=args.max_train_length, budget=args.budget, max_iter=args.max_iter)
+                 max_train_length=args.max_train_length, budget=args.budget, max_iter=args.max_iter,
+                 thresholds=thresholds)
     same = all(results.get(k) == v for k, v in setup.items())
     merged = {}
     for path in args.merge:
@@ -256,12 +273,16 @@ def main(argv=None):
             recs = [train_recs[i] for i in held]
             fj = [feats[i] for i in held]
             t1 = time.perf_counter()
-            crf_pred, _ = decode(crf, fj, recs, grammar, device, dtype, args.max_batch)
             ghmm = FeatureCRF(models[j]).to(device)  # weights 1, corrections 0: the generative GHMM
-            ghmm_pred, _ = decode(ghmm, fj, recs, grammar, device, dtype, args.max_batch)
-            m_crf, m_ghmm = evaluate_predictions(recs, crf_pred), evaluate_predictions(recs, ghmm_pred)
+            found = {kind: decode(model, fj, recs, grammar, device, dtype, args.max_batch, thresholds=thresholds)
+                     for kind, model in (("crf", crf), ("ghmm", ghmm))}
+            metrics = {kind: {name: evaluate_predictions(recs, p) for name, (p, _) in d.items()}
+                       for kind, d in found.items()}
+            m_crf, m_ghmm = metrics["crf"].pop("viterbi"), metrics["ghmm"].pop("viterbi")
             row = {"fold": j, "crf": m_crf, "ghmm": m_ghmm, "train": info, "decode_seconds": time.perf_counter() - t1,
                    "weights": dict(zip(crf.components, crf.weights.detach().cpu().tolist()))}
+            if thresholds:  # "crf+mea:0.6": metrics, ...
+                row["posterior_decoding"] = {f"{kind}+{name}": m for kind, d in metrics.items() for name, m in d.items()}
             cv = sorted(cv + [row], key=lambda r: r["fold"])
             log(f"    fold {j + 1}: exon F1 CRF {m_crf['exon_f1']:.3f} / GHMM {m_ghmm['exon_f1']:.3f}, gene F1 "
                 f"{m_crf['gene_f1']:.3f} / {m_ghmm['gene_f1']:.3f}")
@@ -271,11 +292,14 @@ def main(argv=None):
             log(f"  folds {sorted(r['fold'] + 1 for r in cv)} of {args.folds} done: run the others with --only-folds")
             log("done")
             return
-        mean = {k: {m: float(np.mean([r[k][m] for r in cv])) for m in ("exon_f1", "gene_f1", "nuc_f1")}
-                for k in ("crf", "ghmm")}
+        rows = [{"crf": r["crf"], "ghmm": r["ghmm"], **r.get("posterior_decoding", {})} for r in cv]
+        mean = {k: {m: float(np.mean([r[k][m] for r in rows])) for m in ("exon_f1", "gene_f1", "nuc_f1")}
+                for k in rows[0]}
         results["cv_mean"] = mean
-        results["selected"] = "crf" if mean["crf"]["exon_f1"] >= mean["ghmm"]["exon_f1"] else "ghmm"
-        log(f"  CV mean: CRF {mean['crf']}, GHMM {mean['ghmm']}; selected: {results['selected']}")
+        # the best mean CV exon F1; ties go to the CRF, then to Viterbi
+        results["selected"] = max(mean, key=lambda k: (mean[k]["exon_f1"], k.startswith("crf"), "+" not in k))
+        log("  CV mean exon / gene F1: " + ", ".join(f"{k} {v['exon_f1']:.3f} / {v['gene_f1']:.3f}"
+                                                     for k, v in mean.items()) + f"; selected: {results['selected']}")
         json.dump(results, open(result_path, "w"), indent=1)
 
     if args.stage in ("all", "final"):
@@ -292,20 +316,25 @@ def main(argv=None):
                            os.path.join(args.out, "feature_crf.pt"))
             else:
                 model = FeatureCRF(models["all"]).to(device)
+            # Viterbi for both models (the table's rows); posterior decoding where CV selected it
+            mea = [float(selected.split(":")[1])] if selected.startswith(kind + "+mea:") else []
             t1 = time.perf_counter()
-            pred, scores = decode(model, test_feats, test_recs, grammar, device, dtype, args.max_batch,
-                                  posteriors=True)
+            found = decode(model, test_feats, test_recs, grammar, device, dtype, args.max_batch, posteriors=True,
+                           thresholds=mea)
             seconds = time.perf_counter() - t1
-            metrics = evaluate_predictions(test_recs, pred)
-            out[kind] = {"metrics": metrics, "predict_seconds": seconds}
-            name = "test_feature_crf.gff3" if kind == "crf" else "test_ghmm_gpu.gff3"
-            write_gff3(os.path.join(args.out, name), pred, sequences={r.name: r.sequence for r in test_recs},
-                       exon_scores=scores, source=f"torch-semimarkov-{kind}",
-                       header=[f"{kind} trained on genes.gb.train: python {' '.join(sys.argv)}",
-                               "column 6 of exon / CDS lines: the exon's posterior upper bound "
-                               "(min of its start and end marginals)"])
-            log(f"    test {kind}: exon F1 {metrics['exon_f1']:.3f}, gene F1 {metrics['gene_f1']:.3f} "
-                f"(predicted in {seconds:.1f} s)")
+            for decoder, (pred, scores) in found.items():
+                key = kind if decoder == "viterbi" else f"{kind}+{decoder}"
+                metrics = evaluate_predictions(test_recs, pred)
+                out[key] = {"metrics": metrics, "predict_seconds": seconds}
+                name = {"crf": "test_feature_crf", "ghmm": "test_ghmm_gpu"}[kind] + \
+                    ("" if decoder == "viterbi" else "_" + decoder.replace(":", "")) + ".gff3"
+                write_gff3(os.path.join(args.out, name), pred, sequences={r.name: r.sequence for r in test_recs},
+                           exon_scores=scores, source=f"torch-semimarkov-{kind}",
+                           header=[f"{kind} ({decoder} decoding) trained on genes.gb.train: python {' '.join(sys.argv)}",
+                                   "column 6 of exon / CDS lines: the exon's posterior upper bound "
+                                   "(min of its start and end marginals)"])
+                log(f"    test {key}: exon F1 {metrics['exon_f1']:.3f}, gene F1 {metrics['gene_f1']:.3f} "
+                    f"(predicted in {seconds:.1f} s)")
         results["test"] = out
         json.dump(results, open(result_path, "w"), indent=1)
     log("done")

@@ -365,7 +365,7 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     cfg.write_text(json.dumps({"max_duration": 120, "intron_tail": 120}))
     base = [sys.executable, os.path.join(EXAMPLE, "train_crf.py"), "--smoke", "--data", root, "--out", str(out),
             "--procs", "1", "--budget", "1", "--max-iter", "1", "--max-train-length", "2000", "--max-batch", "2",
-            "--ghmm-config", str(cfg)]
+            "--ghmm-config", str(cfg), "--thresholds", "0.5"]
     run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
     first = run("--stage", "cv", "--only-folds", "1", "--out", str(tmp_path / "fold1"))
     assert "run the others with --only-folds" in first.stdout
@@ -377,7 +377,11 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     run("--stage", "all", "--only-folds", "2", "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
     res = json.loads((out / "crf_cv.json").read_text())
     assert [r["fold"] for r in res["cv"]] == [0, 1]
-    assert res["selected"] in ("crf", "ghmm") and set(res["cv_mean"]) == {"crf", "ghmm"}
+    # both models by Viterbi and by their posteriors (--thresholds 0.5), the best CV exon F1 selected
+    assert set(res["cv_mean"]) == {"crf", "ghmm", "crf+mea:0.5", "ghmm+mea:0.5"}
+    best = max(v["exon_f1"] for v in res["cv_mean"].values())
+    assert res["cv_mean"][res["selected"]]["exon_f1"] == best
+    assert res["selected"] in res["test"]  # the selected model and decoder predicted the test loci
     assert res["config"]["intron_tail"] == 120
     for kind in ("crf", "ghmm"):
         assert 0.0 <= res["test"][kind]["metrics"]["exon_f1"] <= 1.0
