@@ -16,6 +16,11 @@ All start at the GHMM (weights 1, corrections 0), and :meth:`FeatureCRF.penalty`
 towards it) keeps them near it unless the data say otherwise. The model is log-linear in its
 parameters, so its NLL is convex.
 
+Decoding: :meth:`FeatureCRF.decode` (Viterbi, the most probable parse) or
+:meth:`FeatureCRF.decode_mea` / :func:`mea_decode` (by posteriors: the parse whose coding
+segments' boundary posteriors most exceed a threshold, which trades exon sensitivity for
+specificity; the gene finder chooses the threshold by cross-validation).
+
 The sequence-dependent components of each locus come from a fitted GHMM's
 :meth:`~.ghmm.GHMM.features` (a locus's features may come from sensors fitted without it: honest
 scores); the sequence-independent ones (lengths, transitions, first / last label) from the GHMM
