@@ -67,3 +67,14 @@ def test_mea_threshold_trades_exons_for_certainty(toy):
     exons = [[(s, e) for s, e, c in segs if coding[c]] for segs in mea[0.5]]
     sure = [float(m.start[b, 240].max()) > 0.9 and float(m.end[b, 299].max()) > 0.9 for b in range(batch.batch)]
     assert sum(sure) >= 3 and all((240, 300) in ex for ex, ok in zip(exons, sure) if ok)
+
+
+def test_mea_decode_names_what_it_cannot_take(toy):
+    from torch_semimarkov.genomics.feature_crf import mea_decode
+
+    crf, batch, _ = toy
+    cum, tr, db, ps, pe = crf.engine_inputs(batch, torch.float64)
+    with pytest.raises(ValueError, match="coding has 2 entries"):
+        mea_decode(cum, tr, db, batch.lengths, crf.K, [True, False], [0.5])
+    with pytest.raises(ValueError, match=r"\(C, C\) transition"):
+        mea_decode(cum, tr.expand(crf.K, -1, -1), db, batch.lengths, crf.K, [True] * crf.C, [0.5])

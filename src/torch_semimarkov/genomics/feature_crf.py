@@ -411,6 +411,8 @@ def mea_decode(cum_scores: torch.Tensor, transition: torch.Tensor, duration_bias
     """
     if len(coding) != cum_scores.shape[-1]:
         raise ValueError(f"coding has {len(coding)} entries for {cum_scores.shape[-1]} labels")
+    if transition.dim() != 2:
+        raise ValueError(f"mea_decode takes a (C, C) transition, got shape {tuple(transition.shape)}")
     m = marginals if marginals is not None else semi_crf_streaming_marginals(
         cum_scores, transition, duration_bias, lengths, K, proj_start=proj_start, proj_end=proj_end,
         backend=backend, validate=False)
@@ -418,7 +420,7 @@ def mea_decode(cum_scores: torch.Tensor, transition: torch.Tensor, duration_bias
     is_coding = torch.tensor(list(coding), dtype=torch.bool, device=dev)
 
     def allowed(x):  # 0 where the model allows, -inf where it forbids
-        return None if x is None else torch.where(torch.isfinite(x), torch.zeros_like(x), x)
+        return torch.where(torch.isfinite(x), torch.zeros_like(x), x)
 
     tr0, db0 = allowed(transition), allowed(duration_bias)
     ps0 = allowed(proj_start) if proj_start is not None else cum_scores.new_zeros(m.start.shape)
