@@ -103,14 +103,16 @@ def main(argv=None):
     test_feats = features_for(models, test_recs, ["all"] * len(test_recs), args.procs)
     kappa = [] if selected == "viterbi" else [float(selected.split(":")[1])]
     t0 = time.perf_counter()
-    preds = decode_all(FeatureCRF(models["all"]).to(device), test_feats, test_recs, kappa, device, dtype,
-                       args.max_batch)[selected]
+    preds, scores = decode(FeatureCRF(models["all"]).to(device), test_feats, test_recs, models["all"].grammar, device,
+                           dtype, args.max_batch, posteriors=True, thresholds=kappa)[selected]
     metrics = evaluate_predictions(test_recs, preds)
     results["test"] = {"decoder": selected, "metrics": metrics, "predict_seconds": time.perf_counter() - t0}
     name = "test_ghmm_mea.gff3"
     write_gff3(os.path.join(args.out, name), preds, sequences={r.name: r.sequence for r in test_recs},
-               source="torch-semimarkov-ghmm-mea",
-               header=[f"GHMM ({selected} decoding, chosen by CV) trained on genes.gb.train: python {' '.join(sys.argv)}"])
+               exon_scores=scores, source="torch-semimarkov-ghmm-mea",
+               header=[f"GHMM ({selected} decoding, chosen by CV) trained on genes.gb.train: python {' '.join(sys.argv)}",
+                       "column 6 of exon / CDS lines: the exon's posterior upper bound (min of its start and end "
+                       "marginals)"])
     log(f"  test ({selected}): exon F1 {metrics['exon_f1']:.3f}, gene F1 {metrics['gene_f1']:.3f}")
     json.dump(results, open(os.path.join(args.out, "mea_cv.json"), "w"), indent=1)
     log("done")

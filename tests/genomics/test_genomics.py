@@ -405,4 +405,7 @@ def test_mea_cv_smoke_selects_a_decoder_by_cv_then_predicts_test(tutorial_paths,
     best = max(v["exon_f1"] for v in res["cv_mean"].values())
     assert res["cv_mean"][res["selected"]]["exon_f1"] == best and res["test"]["decoder"] == res["selected"]
     assert 0.0 <= res["test"]["metrics"]["exon_f1"] <= 1.0
-    assert (out / "test_ghmm_mea.gff3").read_text().startswith("##gff-version 3")
+    gff = (out / "test_ghmm_mea.gff3").read_text()
+    assert gff.startswith("##gff-version 3")
+    scores = [float(line.split("\t")[5]) for line in gff.splitlines() if "\texon\t" in line]
+    assert scores and all(0 < s <= 1 + 1e-9 for s in scores)  # the exons' posterior bounds
