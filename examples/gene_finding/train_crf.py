@@ -136,10 +136,13 @@ def decode(model, feats, records, grammar, device, dtype, max_batch, posteriors=
     for group in batches(list(range(len(feats))), lengths, max_batch):
         batch = pack([feats[i] for i in group], device=device, dtype=dtype)
         found = {"viterbi": model.decode(batch, dtype)}
+        # one forward-backward pass a batch, shared by the posterior decoders and the exon scores
+        m = model.marginals(batch, dtype) if posteriors or thresholds else None
         if thresholds:
-            found.update({f"mea:{k:g}": v for k, v in model.decode_mea(batch, list(thresholds), dtype).items()})
+            found.update({f"mea:{k:g}": v
+                          for k, v in model.decode_mea(batch, list(thresholds), dtype, marginals=m).items()})
         for name, segs in found.items():
-            post = model.exon_posteriors(batch, segs, dtype) if posteriors else [None] * len(group)
+            post = model.exon_posteriors(batch, segs, dtype, marginals=m) if posteriors else [None] * len(group)
             for i, s, p in zip(group, segs, post):
                 genes = grammar.decode(s, prefix=f"{records[i].name}.g")
                 preds[name][records[i].name] = genes

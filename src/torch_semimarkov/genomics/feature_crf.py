@@ -341,8 +341,16 @@ class FeatureCRF(nn.Module):
         return _segment_lists(out)
 
     @torch.no_grad()
+    def marginals(self, batch: PackedBatch, dtype: torch.dtype = torch.float32, backend: str = "auto"):
+        """The :class:`~torch_semimarkov.MarginalsResult` of the batch (one forward-backward pass),
+        for :meth:`decode_mea` and :meth:`exon_posteriors` to share."""
+        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        return semi_crf_streaming_marginals(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                            backend=backend, validate=False)
+
+    @torch.no_grad()
     def decode_mea(self, batch: PackedBatch, thresholds: Sequence[float], dtype: torch.dtype = torch.float32,
-                   backend: str = "auto") -> Dict[float, List[List[Tuple[int, int, int]]]]:
+                   backend: str = "auto", marginals=None) -> Dict[float, List[List[Tuple[int, int, int]]]]:
         """Maximum expected boundary accuracy decoding, for each threshold ``kappa``: the parse that
         maximises the sum over its coding segments of ``(P(start) + P(end)) / 2 - kappa``.
 
@@ -354,25 +362,27 @@ class FeatureCRF(nn.Module):
         surer exons (exon specificity up, sensitivity down), the trade-off Viterbi cannot make.
         After Gross et al. (2007) and DeCaprio et al. (2007), who decode gene structures this way.
 
+        ``marginals``: :meth:`marginals` of the batch if already computed.
+
         Returns:
             ``{kappa: segmentations}``, each as :meth:`decode` returns them.
         """
         cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
         coding = [lab.coding for lab in self.grammar.labels]
         return mea_decode(cum, tr, db, batch.lengths, self.K, coding, thresholds, proj_start=ps, proj_end=pe,
-                          backend=backend)
+                          marginals=marginals, backend=backend)
 
     @torch.no_grad()
     def exon_posteriors(self, batch: PackedBatch, segments: Sequence[Sequence[Tuple[int, int, int]]],
-                        dtype: torch.dtype = torch.float32, backend: str = "auto") -> List[Dict[Tuple[int, int], float]]:
+                        dtype: torch.dtype = torch.float32, backend: str = "auto",
+                        marginals=None) -> List[Dict[Tuple[int, int], float]]:
         """Per locus, ``{(start, end): score}`` for each exon of ``segments`` (a maximal run of
         adjacent coding segments: an exon and its continuation pieces), the score
         ``min(P(a segment of its first label starts at start), P(one of its last label ends at
         end - 1))`` from one forward-backward pass: an upper bound of the exon's posterior
-        probability (the exact one would need a constrained pass per exon)."""
-        cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
-        m = semi_crf_streaming_marginals(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
-                                         backend=backend, validate=False)
+        probability (the exact one would need a constrained pass per exon). ``marginals``:
+        :meth:`marginals` of the batch if already computed."""
+        m = marginals if marginals is not None else self.marginals(batch, dtype, backend)
         start, end = m.start.double().cpu(), m.end.double().cpu()
         labels = self.grammar.labels
         out = []
