@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_crf import decode, features_for, fit_ghmms  # noqa: E402
+from train_crf import cv_means, decode, features_for, fit_ghmms, parse_thresholds  # noqa: E402
 
 from torch_semimarkov.genomics.evaluate import evaluate_predictions  # noqa: E402
 from torch_semimarkov.genomics.feature_crf import FeatureCRF  # noqa: E402
@@ -61,9 +61,7 @@ def main(argv=None):
         logf.write(msg + "\n")
         logf.flush()
 
-    thresholds = [float(x) for x in args.thresholds.split(",") if x]
-    if any(not np.isfinite(k) for k in thresholds):
-        raise ValueError(f"--thresholds must be numbers, got {args.thresholds!r}")
+    thresholds = parse_thresholds(args.thresholds, ap)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     dtype = torch.float32 if device.type == "cuda" else torch.float64
@@ -92,8 +90,8 @@ def main(argv=None):
         row = {"fold": j, **{name: evaluate_predictions(recs, p) for name, p in preds.items()}}
         log("    exon F1 " + ", ".join(f"{name} {row[name]['exon_f1']:.3f}" for name in preds))
         cv.append(row)
-    names = [k for k in cv[0] if k != "fold"]
-    mean = {n: {m: float(np.mean([r[n][m] for r in cv])) for m in ("exon_f1", "gene_f1", "nuc_f1")} for n in names}
+    mean = cv_means([{k: v for k, v in r.items() if k != "fold"} for r in cv])
+    names = list(mean)
     selected = max(names, key=lambda n: (mean[n]["exon_f1"], n == "viterbi"))
     log("  CV mean exon / gene F1: " + ", ".join(f"{n} {mean[n]['exon_f1']:.3f} / {mean[n]['gene_f1']:.3f}"
                                                   for n in names) + f"; selected: {selected}")

@@ -151,18 +151,20 @@ def predict_ghmm(args, records, log):
     log(f"GHMM fitted on {len(train)} loci of {args.ghmm} in {time.perf_counter() - t:.1f}s")
     pred, scores, alts = {}, {}, {}
     coding = [lab.coding for lab in model.grammar.labels]
+    if args.mea is not None:
+        from torch_semimarkov import numba_available
+        from torch_semimarkov.genomics.feature_crf import mea_decode
+
+        backend = "numba" if numba_available() else "torch"
     for i, rec in enumerate(records):
         inp = post.ghmm_inputs(model, rec)
         m = post.marginals(inp)
         if args.mea is None:
             segs, _ = model.decode_segments(rec)
         else:
-            from torch_semimarkov import numba_available
-            from torch_semimarkov.genomics.feature_crf import mea_decode
-
             segs = mea_decode(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, coding,
                               [args.mea], proj_start=inp.proj_start, proj_end=inp.proj_end, marginals=m,
-                              backend="numba" if numba_available() else "torch")[args.mea][0]
+                              backend=backend)[args.mea][0]
         genes = model.grammar.decode(segs)
         bounds = post.exon_bounds(m, segs, model.grammar)
         pred[rec.name], scores[rec.name] = genes, post.gene_exon_scores(genes, bounds)

@@ -151,6 +151,23 @@ def decode(model, feats, records, grammar, device, dtype, max_batch, posteriors=
     return {n: (preds[n], scores[n]) for n in names}
 
 
+def parse_thresholds(text: str, ap: argparse.ArgumentParser) -> List[float]:
+    """The finite numbers of a comma-separated ``--thresholds`` (the parser's error otherwise)."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = [float("nan")]
+    if not all(np.isfinite(v) for v in values):
+        ap.error(f"--thresholds takes numbers separated by commas, got {text!r}")
+    return values
+
+
+def cv_means(rows: List[Dict]) -> Dict[str, Dict[str, float]]:
+    """``{candidate: {metric: mean over folds}}`` of per-fold ``{candidate: metrics}`` rows."""
+    return {k: {m: float(np.mean([r[k][m] for r in rows])) for m in ("exon_f1", "gene_f1", "nuc_f1")}
+            for k in rows[0]}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="examples/gene_finding/data", help="folder with (or to receive) the data")
@@ -214,10 +231,7 @@ def main(argv=None):
         cfg_fields.update(max_duration=cfg_fields.get("max_duration", 240), order=2)
         args.max_iter, args.max_train_length, args.folds = min(args.max_iter, 2), min(args.max_train_length, 4000), 2
     config = GHMMConfig(**cfg_fields)
-    try:
-        thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
-    except ValueError:
-        ap.error(f"--thresholds takes numbers separated by commas, got {args.thresholds!r}")
+    thresholds = parse_thresholds(args.thresholds, ap)
     log(f"train_crf: {len(train_recs)} training loci, {len(test_recs)} test loci, K = {config.max_duration}, "
         f"device {device}, stage {args.stage}")
     folds = np.random.default_rng(args.seed).permutation(len(train_recs)) % args.folds
@@ -231,8 +245,8 @@ def main(argv=None):
     for path in args.merge:
         other = json.load(open(path))
         if not all(other.get(k) == v for k, v in setup.items()):
-            raise ValueError(f"--merge {path}: a run of another configuration (compare its config, folds, reg, "
-                             "params, max_train_length, budget and max_iter with this run's)")
+            raise ValueError(f"--merge {path}: a run of another configuration (compare its {', '.join(setup)} "
+                             "with this run's)")
         merged.update({r["fold"]: r for r in other.get("cv", [])})
         if "test" in other:
             results["test"] = other["test"]
@@ -296,8 +310,7 @@ def main(argv=None):
             log("done")
             return
         rows = [{"crf": r["crf"], "ghmm": r["ghmm"], **r.get("posterior_decoding", {})} for r in cv]
-        mean = {k: {m: float(np.mean([r[k][m] for r in rows])) for m in ("exon_f1", "gene_f1", "nuc_f1")}
-                for k in rows[0]}
+        mean = cv_means(rows)
         results["cv_mean"] = mean
         # the best mean CV exon F1; ties go to the CRF, then to Viterbi
         results["selected"] = max(mean, key=lambda k: (mean[k]["exon_f1"], k.startswith("crf"), "+" not in k))
