@@ -10,6 +10,7 @@ the generative GHMM itself (weights 1). Saves ``cum_scores``, ``transition``, ``
 """
 
 import argparse
+import json
 
 import torch
 
@@ -28,7 +29,7 @@ def main():
     args = ap.parse_args()
     paths = tutorial_data(args.data)
     ckpt = torch.load(args.checkpoint, map_location="cpu") if args.checkpoint else None
-    fields = ckpt["config"] if ckpt else ({} if args.config is None else __import__("json").load(open(args.config)))
+    fields = ckpt["config"] if ckpt else ({} if args.config is None else json.load(open(args.config)))
     ghmm = GHMM.fit(load_genbank(paths["train"]), GHMMConfig(**fields))
     crf = FeatureCRF(ghmm)
     if ckpt:
