@@ -282,6 +282,7 @@ def main(argv=None):
         for j in todo:
             done.pop(j, None)
         cv = [done[j] for j in sorted(done)]
+        results["cv"] = cv  # (a run that only merges records the folds too)
         for j in todo:
             held = [i for i in range(len(train_recs)) if folds[i] == j]
             rest = [i for i in range(len(train_recs)) if folds[i] != j]
@@ -306,6 +307,7 @@ def main(argv=None):
             results["cv"] = cv
             json.dump(results, open(result_path, "w"), indent=1)
         if len(cv) < args.folds:
+            json.dump(results, open(result_path, "w"), indent=1)
             log(f"  folds {sorted(r['fold'] + 1 for r in cv)} of {args.folds} done: run the others with --only-folds")
             log("done")
             return

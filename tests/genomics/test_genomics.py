@@ -374,6 +374,9 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as other:  # another configuration's folds
         run("--stage", "cv", "--only-folds", "", "--reg", "0.5", "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
     assert "a run of another configuration" in other.value.stderr
+    run("--stage", "cv", "--only-folds", "", "--out", str(tmp_path / "merged"), "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
+    res = json.loads((tmp_path / "merged" / "crf_cv.json").read_text())  # a run that only merges keeps the folds
+    assert [r["fold"] for r in res["cv"]] == [0] and res["cv"][0] == json.loads((tmp_path / "fold1" / "crf_cv.json").read_text())["cv"][0]
     run("--stage", "all", "--only-folds", "2", "--merge", str(tmp_path / "fold1" / "crf_cv.json"))
     res = json.loads((out / "crf_cv.json").read_text())
     assert [r["fold"] for r in res["cv"]] == [0, 1]
