@@ -130,3 +130,52 @@ def test_long_intron_content_chain():
     assert np.allclose(emis[:, g.index["+intron(2)[tail]"]], sc["intron_long+"])
     assert np.allclose(emis[:, g.index["-intron(0)[end]"]], sc["intron_long-"])
     assert not np.allclose(sc["intron+"], sc["intron_long+"])
+
+
+def test_signal_split_is_the_same_ghmm_with_two_weights_per_signal():
+    """``signal_split``: each signal's window score becomes two components, the bases before the
+    anchor (``<signal>_up``) and the rest; with weight 1 each the GHMM's inputs are the unsplit
+    model's, a weight on one part moves only that part, and a FeatureCRF over the split GHMM has
+    17 weights whose starting inputs are the unsplit model's (a batch of the other kind is refused)."""
+    import torch
+
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+
+    loci = training_loci(10, seed=4)
+    rec = training_loci(1, seed=9)[0]
+    plain = GHMM.fit(loci, GHMMConfig(order=3, max_duration=60))
+    split = GHMM.fit(loci, GHMMConfig(order=3, max_duration=60, signal_split=True))
+    assert split.components[-4:] == ("donor_up", "acceptor_up", "start_up", "stop_up")
+    assert plain.components == split.components[:-4]
+    # the sensors: the parts sum to the whole, on both strands; the upstream part is the window's
+    # bases before the anchor (a donor's exon side)
+    codes = encode_dna(rec.sequence)
+    bg = plain.content.scores(codes)["background"]
+    sc = split.signals.scores(codes, bg)
+    for name in ("donor+", "donor-", "acceptor+", "stop-"):
+        assert np.any(sc[name + "_up"] != 0) and np.any(sc[name] - sc[name + "_up"] != 0)
+    wam = split.signals.models["donor"]
+    up, rest = wam.window_log_probs(codes, bg, split=True)
+    assert np.allclose(up + rest, wam.window_log_probs(codes, bg), atol=1e-12)
+    fs, fp = split.features(rec), plain.features(rec)
+    assert set(fs.components) == set(split.components) and set(fp.components) == set(plain.components)
+    a, b = assemble(fs), assemble(fp)
+    for x, y in zip(a[:5], b[:5]):
+        assert np.allclose(x.numpy(), y.numpy(), atol=1e-9)
+    # a weight on the upstream part moves only where the donors score
+    moved = assemble(fs, {"donor_up": 0.0})
+    for part in ("proj_start", "proj_end"):  # (finite where the model allows)
+        x, y = getattr(moved, part).numpy(), getattr(b, part).numpy()
+        assert np.array_equal(np.isfinite(x), np.isfinite(y))
+    d = moved.proj_end.numpy() - b.proj_end.numpy()
+    assert np.abs(d[np.isfinite(d)]).max() > 1e-3
+    assert np.allclose(moved.cum_scores.numpy(), b.cum_scores.numpy(), atol=1e-9)
+    # the feature CRF over the split GHMM
+    crf_s, crf_p = FeatureCRF(split), FeatureCRF(plain)
+    assert crf_s.weights.shape == (17,) and crf_p.weights.shape == (13,)
+    bs = pack([fs], [rec.genes], dtype=torch.float64, grammar=split.grammar)
+    bp = pack([fp], [rec.genes], dtype=torch.float64, grammar=plain.grammar)
+    for x, y in zip(crf_s.engine_inputs(bs, torch.float64), crf_p.engine_inputs(bp, torch.float64)):
+        assert torch.allclose(x, y, atol=1e-8)
+    with pytest.raises(ValueError, match="donor_up"):
+        crf_s.engine_inputs(bp, torch.float64)

@@ -61,7 +61,7 @@ from torch_semimarkov.scores import cumulative_scores
 from torch_semimarkov.api.marginals import semi_crf_streaming_marginals
 from torch_semimarkov.api.partition import semi_crf_streaming_forward
 from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
-from torch_semimarkov.genomics.ghmm import COMPONENTS, GHMM, GHMMFeatures
+from torch_semimarkov.genomics.ghmm import GHMM, GHMMFeatures
 from torch_semimarkov.genomics.records import Gene
 
 __all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "mea_decode", "SEQUENCE_COMPONENTS",
@@ -105,7 +105,9 @@ class PackedBatch:
 
     Attributes:
         lengths: (B,) long. T: the padded length.
-        terms: ``{component: {part: [PackedTerm, ...]}}`` for :data:`SEQUENCE_COMPONENTS`.
+        terms: ``{component: {part: [PackedTerm, ...]}}`` for the sequence-dependent components
+            (:data:`SEQUENCE_COMPONENTS`, and the signals' ``"<signal>_up"`` parts of a GHMM with
+            ``signal_split``).
         constraints: ``{part: [PackedTerm, ...]}`` (added unweighted: -inf for missing 3' consensus,
             the 5' penalty and its take-back).
         labels, starts: (B, T) gold tensors (``segments_to_starts``) or None.
@@ -154,7 +156,7 @@ def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gen
     lengths = torch.tensor([f.T for f in features], dtype=torch.long, device=device)
     terms = {name: {part: _pack_terms([getattr(f.components[name], part) for f in features], T, device, dtype)
                     for part in _PARTS}
-             for name in SEQUENCE_COMPONENTS}
+             for name in features[0].components if name not in STATIC_COMPONENTS}
     constraints = {part: _pack_terms([getattr(f.constraints, part) for f in features], T, device, dtype)
                    for part in _PARTS}
     batch = PackedBatch(lengths, T, terms, constraints)
@@ -184,7 +186,8 @@ class FeatureCRF(nn.Module):
         self.grammar = ghmm.grammar
         K, C = ghmm.K, ghmm.grammar.num_labels
         self.K, self.C = K, C
-        self.components = list(COMPONENTS)
+        self.components = list(ghmm.components)
+        self.sequence_components = [n for n in self.components if n not in STATIC_COMPONENTS]
         self.weights = nn.Parameter(torch.ones(len(self.components), dtype=torch.float64))
         self.offset = nn.Parameter(torch.zeros(C, dtype=torch.float64))
         self.duration_delta = nn.Parameter(torch.zeros(num_basis, C, dtype=torch.float64))
@@ -237,10 +240,14 @@ class FeatureCRF(nn.Module):
         """``(cum_scores, transition, duration_bias, proj_start, proj_end)`` of the batch, differentiable
         in the parameters (float32 for the GPU engine by default)."""
         B, T, C = batch.batch, batch.T, self.C
+        missing = [n for n in self.sequence_components if n not in batch.terms]
+        if missing:
+            raise ValueError(f"batch: no {missing} components (packed from the features of a GHMM with another "
+                             f"signal_split than this model's)")
         dev = batch.lengths.device
         parts = {p: torch.zeros(B, T, C, dtype=dtype, device=dev) for p in _PARTS}
         w = self.weights.to(dtype)
-        for name in SEQUENCE_COMPONENTS:
+        for name in self.sequence_components:
             wi = w[self.components.index(name)]
             for p in _PARTS:
                 for term in batch.terms[name][p]:

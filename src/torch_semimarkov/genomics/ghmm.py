@@ -55,7 +55,7 @@ import torch
 
 from torch_semimarkov.genomics.labels import MIN_EXON, MIN_INTRON, GeneGrammar
 from torch_semimarkov.genomics.records import SIGNALS, Gene, GenomicRecord, encode_dna
-from torch_semimarkov.genomics.sensors import ContentSensors, LengthDistribution, SignalSensors
+from torch_semimarkov.genomics.sensors import SIGNAL_NAMES, ContentSensors, LengthDistribution, SignalSensors
 
 __all__ = [
     "COMPONENTS",
@@ -281,6 +281,12 @@ class GHMMConfig:
             = E): the intron labels (introns shorter than E) read a chain fitted on the introns
             shorter than E, a long intron's tail and end pieces one fitted on the introns of E bases
             or more (:meth:`~.sensors.ContentSensors.fit` ``long_intron=E``).
+        signal_split: ``False`` (default): one component per signal. ``True``: each signal's score
+            is two components, ``"<signal>_up"`` (the window's bases before the site's anchor, on
+            the strand it is read on: a splice site's exon side for donors, its intron side with the
+            branch-point region for acceptors) and ``"<signal>"`` (the rest). With weight 1 each they
+            sum to the unsplit score, so the GHMM is the same model; a
+            :class:`~.feature_crf.FeatureCRF` over it learns the two weights apart.
     """
 
     order: int = 5
@@ -301,6 +307,7 @@ class GHMMConfig:
     intron_order: Optional[int] = None
     intergenic_order: Optional[int] = None
     long_intron_content: bool = False
+    signal_split: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -356,6 +363,13 @@ class GHMM:
         self.exon_lengths, self.intron_length, self.intergenic_length = exon_lengths, intron_length, intergenic_length
         self.log_transition, self.log_initial, self.log_final = log_transition, log_initial, log_final
         self._static = self._static_parts()
+
+    @property
+    def components(self) -> Tuple[str, ...]:
+        """The names of :meth:`features`' components: :data:`COMPONENTS`, then with
+        ``config.signal_split`` the signals' ``"<signal>_up"`` parts."""
+        split = tuple(f"{s}_up" for s in SIGNAL_NAMES) if self.config.signal_split else ()
+        return COMPONENTS + split
 
     # ------------------------------------------------------------------ fitting
 
@@ -578,14 +592,18 @@ class GHMM:
         replaced = self._replaced_content(content, T)
         st = {n: v.numpy() for n, v in g.signal_tables().items()}
         for sname in ("donor", "acceptor", "start", "stop"):
-            cols = []
+            cols, ups = [], []
             for strand in "+-":
                 name = sname + strand
-                base = _shift(sig[name], shift[name])
+                up = _shift(sig[name + "_up"], shift[name]) if cfg.signal_split else 0.0
+                base = _shift(sig[name], shift[name]) - up
                 for v in range(3):
                     val = base - _shift(replaced[name][v], shift[name])
                     cols.append(np.where(ok[name], val, 0.0))
+                    ups.append(np.where(ok[name], up, 0.0))
             comps[sname] = self._signal_component(sname, np.stack(cols, 1), st)
+            if cfg.signal_split:
+                comps[sname + "_up"] = self._signal_component(sname, np.stack(ups, 1), st, sname + "_up")
         comps.update({n: self._static[n] for n in ("length_exon", "length_intron", "length_intergenic", "transition")})
         first = np.zeros((T, 1))
         last = np.zeros((T, 1))
@@ -695,8 +713,10 @@ class GHMM:
                 out[sname + strand] = variants
         return out
 
-    def _signal_component(self, sname: str, vals: np.ndarray, st: Dict[str, np.ndarray]) -> Component:
-        """One signal's scores at exon boundaries, with the continuation pieces' take-back.
+    def _signal_component(self, sname: str, vals: np.ndarray, st: Dict[str, np.ndarray],
+                          name: Optional[str] = None) -> Component:
+        """One signal's scores at exon boundaries, with the continuation pieces' take-back, as the
+        component ``name`` (default ``sname``).
 
         ``vals`` (T, 6): the signal's score at the grammar's positions for the + strand with the
         exon's phase 0, 1, 2 (columns 0-2) and the - strand (3-5); the phase is the exit phase for
@@ -713,7 +733,7 @@ class GHMM:
             lab = labels[c]
             return kinds[int(kind)] + (lab.exit if three else lab.entry)
 
-        comp = Component(sname)
+        comp = Component(name or sname)
         for part, kind, bonus, d in (("proj_start", "ps_kind", "ps_bonus_kind", -1),
                                      ("proj_end", "pe_kind", "pe_bonus_kind", 1)):
             idx = np.array([[column(c, st[kind][c]) for c in range(C)]])

@@ -414,16 +414,29 @@ class WeightArrayModel:
             out[a:b] = codes[a + offset:b + offset]
         return out
 
-    def window_log_probs(self, codes: np.ndarray, background: Optional[np.ndarray] = None) -> np.ndarray:
+    def window_log_probs(self, codes: np.ndarray, background: Optional[np.ndarray] = None,
+                         split: bool = False):
         """(L,) float64: for a site anchored at each position, ``log P(window)`` (minus the background
         log-probabilities of the window's bases when ``background`` (L,) is given: a log-likelihood
         ratio). Unknown bases and bases outside the sequence contribute 0 to the ratio (and log 1/4
-        to the plain log-probability)."""
+        to the plain log-probability).
+
+        ``split=True``: ``(upstream, rest)``, the terms of the window's bases before the anchor
+        (offsets ``lo .. -1``) and those from the anchor on (``0 .. hi-1``), whose sum is the
+        unsplit value.
+
+        Example:
+            >>> wam = WeightArrayModel(-2, 3, 0, ("GT",)).fit(encode_dna("AAGTAAAGTA").reshape(2, 5))
+            >>> up, rest = wam.window_log_probs(encode_dna("CAAGTAC"), split=True)
+            >>> bool(np.allclose(up + rest, wam.window_log_probs(encode_dna("CAAGTAC"))))
+            True
+        """
         codes = np.asarray(codes)
         L = len(codes)
         if background is not None and len(background) != L:
             raise ValueError(f"background has {len(background)} positions, the sequence {L}")
         total = np.zeros(L)
+        upstream = np.zeros(L)
         prev = None
         for i in range(self.width):
             off = self.lo + i
@@ -446,9 +459,12 @@ class WeightArrayModel:
                 term = np.where(known, term, 0.0)
             else:
                 term = np.where(known, term, math.log(0.25))
-            total += term
+            if off < 0:
+                upstream += term
+            else:
+                total += term
             prev = x
-        return total
+        return (upstream, total) if split else upstream + total
 
     def _higher_terms(self, codes: np.ndarray, i: int, xc: np.ndarray, term: np.ndarray) -> np.ndarray:
         """Replace the first-order terms of window position i where k >= 2 known bases precede it."""
@@ -553,17 +569,20 @@ class SignalSensors:
     def scores(self, codes: np.ndarray, background: np.ndarray) -> Dict[str, np.ndarray]:
         """Per anchor, on both strands, in record coordinates: ``{f"{name}{strand}": (L,) float64}``
         log-likelihood ratios (window under the model against ``background``, the per-position
-        background of :meth:`ContentSensors.scores`), and ``{f"{name}{strand}_ok": (L,) bool}``
-        where the consensus is there. On the - strand the anchor is the record position of the
-        anchor base (the reading runs right to left)."""
+        background of :meth:`ContentSensors.scores`), ``{f"{name}{strand}_up": (L,) float64}`` the
+        part of that ratio from the window's bases before the anchor (on the strand it is read
+        on), and ``{f"{name}{strand}_ok": (L,) bool}`` where the consensus is there. On the - strand
+        the anchor is the record position of the anchor base (the reading runs right to left)."""
         codes = np.asarray(codes)
         rc = reverse_complement(codes)
         bg_rc = background[::-1].copy()
         out = {}
         for name, wam in self.models.items():
-            out[f"{name}+"] = wam.window_log_probs(codes, background)
+            up, rest = wam.window_log_probs(codes, background, split=True)
+            out[f"{name}+"], out[f"{name}+_up"] = up + rest, up
             out[f"{name}+_ok"] = wam.consensus(codes)
-            out[f"{name}-"] = wam.window_log_probs(rc, bg_rc)[::-1].copy()
+            up, rest = wam.window_log_probs(rc, bg_rc, split=True)
+            out[f"{name}-"], out[f"{name}-_up"] = (up + rest)[::-1].copy(), up[::-1].copy()
             out[f"{name}-_ok"] = wam.consensus(rc)[::-1].copy()
         return out
 
