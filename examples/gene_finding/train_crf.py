@@ -190,6 +190,9 @@ def main(argv=None):
                     help="the parameters learned (of weights, offset, duration_delta, transition_delta); the "
                          "others stay at the GHMM's values")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit")
+    ap.add_argument("--model", default=None,
+                    help="final: the feature_crf.pt of a final fit of this configuration (e.g. run beside the "
+                         "CV folds, before the selection was known) instead of fitting again")
     ap.add_argument("--thresholds", default="", metavar="K,K",
                     help="also decode by posteriors (mea_cv.py) with these thresholds, for both models; the CV then "
                          "selects among every model and decoder (e.g. 0.5,0.6,0.7)")
@@ -326,7 +329,15 @@ def main(argv=None):
         test_feats = features_for(models, test_recs, ["all"] * len(test_recs), args.procs)
         out = {}
         for kind in ("crf", "ghmm"):
-            if kind == "crf":
+            if kind == "crf" and args.model:
+                saved = torch.load(args.model, map_location=device)
+                if saved["config"] != config.to_dict():
+                    raise ValueError(f"--model {args.model}: fitted with another GHMM configuration")
+                model = FeatureCRF(models["all"]).to(device)
+                model.load_state_dict(saved["state"])
+                out["train"] = dict(results.get("test", {}).get("train", {}), loaded=args.model)
+                out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))
+            elif kind == "crf":
                 model, info = fit("all", list(range(len(train_recs))))
                 out["train"] = info
                 out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))

@@ -390,6 +390,12 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
         assert 0.0 <= res["test"][kind]["metrics"]["exon_f1"] <= 1.0
     gff = (out / "test_feature_crf.gff3").read_text()
     assert gff.startswith("##gff-version 3") and "##sequence-region" in gff
+    # the final stage again from the saved fit (--model): the same CRF, the same test metrics
+    run("--stage", "final", "--model", str(out / "feature_crf.pt"), "--out", str(tmp_path / "again"),
+        "--merge", str(out / "crf_cv.json"))
+    again = json.loads((tmp_path / "again" / "crf_cv.json").read_text())
+    assert again["test"]["crf"]["metrics"] == res["test"]["crf"]["metrics"]
+    assert again["test"]["weights"] == res["test"]["weights"] and again["test"]["train"]["loaded"]
 
 
 @pytest.mark.integration
