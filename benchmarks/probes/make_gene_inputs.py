@@ -4,7 +4,8 @@ The feature CRF saved by ``examples/gene_finding/train_crf.py --stage final`` (`
 its weights and the GHMM configuration) over the GHMM refitted on ``genes.gb.train`` (the fit is
 deterministic), scored on the ``--loci`` longest loci of ``genes.gb.test``; without ``--checkpoint``
 the generative GHMM itself (weights 1). Saves ``cum_scores``, ``transition``, ``duration_bias``,
-``lengths``, ``proj_start``, ``proj_end`` (float32), ``K`` and the loci's ``names``.
+``lengths``, ``proj_start``, ``proj_end`` (float32; ``--float64`` for CPU probes), ``K`` and the loci's
+``names``.
 
     python benchmarks/probes/make_gene_inputs.py --data DIR --checkpoint feature_crf.pt --out gene_inputs.pt
 """
@@ -25,6 +26,7 @@ def main():
     ap.add_argument("--checkpoint", default=None, help="feature_crf.pt of train_crf.py (default: the plain GHMM)")
     ap.add_argument("--config", default=None, help="JSON of GHMMConfig fields when there is no checkpoint")
     ap.add_argument("--loci", type=int, default=8, help="how many of the longest test loci")
+    ap.add_argument("--float64", action="store_true", help="float64 inputs (CPU probes) instead of float32")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     paths = tutorial_data(args.data)
@@ -35,11 +37,13 @@ def main():
     if ckpt:
         crf.load_state_dict(ckpt["state"])
     loci = sorted(load_genbank(paths["test"]), key=len, reverse=True)[:args.loci]
-    batch = pack([ghmm.features(r) for r in loci], dtype=torch.float32)
+    dtype = torch.float64 if args.float64 else torch.float32
+    batch = pack([ghmm.features(r) for r in loci], dtype=dtype)
     with torch.no_grad():
-        cum, tr, db, ps, pe = crf.engine_inputs(batch, torch.float32)
+        cum, tr, db, ps, pe = crf.engine_inputs(batch, dtype)
     torch.save({"cum_scores": cum, "transition": tr, "duration_bias": db, "lengths": batch.lengths,
                 "proj_start": ps, "proj_end": pe, "K": crf.K, "names": [r.name for r in loci],
+                "labels": [lab.name for lab in crf.grammar.labels],
                 "model": "feature CRF " + args.checkpoint if ckpt else "GHMM"}, args.out)
     print(f"{len(loci)} loci ({[len(r) for r in loci]} bases), C = {crf.C}, K = {crf.K} -> {args.out}")
 
