@@ -69,7 +69,7 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
     d = lambda t: None if t is None else t.detach()  # noqa: E731
     args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
     with torch.no_grad():
-        log_z, state = launch.launch_forward(*args, "log", d(ps), d(pe), plan=plan, masks=masks)
+        log_z, state = launch.launch_forward(*args, "log", d(ps), d(pe), plan=plan, masks=masks, beta=True)
         p_start, p_end, g_tr, g_db = (x.double() for x in launch.launch_backward(
             *args, d(ps), d(pe), plan=plan, state=state, masks=masks))
         cum = inp.cum_scores.detach().double()

@@ -369,3 +369,31 @@ def test_masks_on_the_blocked_engine_equal_the_float64_path():
     assert_close(va, vb, rtol=1e-6, atol=1e-3)
     for a, b in zip(ga, gb):
         assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_beta_beside_the_forward_is_bitwise_the_usual_backward(monkeypatch):
+    """``plan.beta_early`` (the blocked engine where both recurrences fit the GPU at once: here 8
+    sequences of one chunk): log Z's operator runs the beta recurrence on a second stream beside
+    the forward and the backward only the marginals; log Z and every gradient through the public
+    API are bitwise those of the usual order, and repeat bitwise."""
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
+    from torch_semimarkov.core.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    inp = _cuda(make_inputs(8, 3000, 300, 40, dtype=torch.float32, seed=11, lengths="ragged", proj="both"))
+    v = validate_streaming_inputs(**inp)
+    assert launch.plan_for(v.cum_scores, v.transition, v.K, "log").beta_early
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+    res = {}
+    for early in (False, True, True):
+        monkeypatch.setattr(plan_mod, "BETA_EARLY_OVERRIDE", early)
+        d = {k: (v_.detach().clone().requires_grad_(True) if k in names else v_) for k, v_ in inp.items()}
+        z = semi_crf_streaming_forward(**d)
+        (z * torch.linspace(0.5, 1.5, 8, device="cuda")).sum().backward()
+        out = [z.detach()] + [d[k].grad for k in names]
+        if early in res:
+            assert all(torch.equal(a, b) for a, b in zip(out, res[early]))
+        res[early] = out
+    for name, a, b in zip(("log Z",) + names, res[False], res[True]):
+        assert torch.equal(a, b), name

@@ -365,3 +365,48 @@ def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     outs = [_forward_backward(v, dataclasses.replace(p, idx64=wide)) for wide in (False, True)]
     for a, b in zip((outs[0][0], *outs[0][1]), (outs[1][0], *outs[1][1])):
         assert torch.equal(cpu(a), cpu(b))
+
+
+def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
+    """``plan.beta_early``: a forward asked for its backward (``beta=True``) runs the beta recurrence
+    too (on CUDA on a second stream beside it) and keeps its rows in the state; the backward then
+    runs only the marginal kernels. log Z, the marginals and the gradients are bitwise those of the
+    usual order, through the launchers and through a public function; callers that do not ask
+    (sampling) keep the plain state. The plan chooses it where
+    both recurrences fit the GPU at once."""
+    from torch_semimarkov import semi_crf_streaming_entropy
+    from torch_semimarkov.engines import select
+
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
+    inp = inputs((3, 13, 4, 5, "ragged", "both", False), seed=7)
+    v = validated(inp)
+    p = _plan(v, "log")
+    assert p.n_chunks >= 2
+    args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", v.proj_start, v.proj_end)
+    outs = {}
+    for early in (False, True):
+        plan = dataclasses.replace(p, beta_early=early)
+        z, state = launch.launch_forward(*args, plan=plan, beta=True)
+        assert state.second.dim() == (3 if early else 2)
+        outs[early] = (z,) + tuple(launch.launch_backward(*args[:5], v.proj_start, v.proj_end, plan=plan, state=state))
+        _, plain = launch.launch_forward(*args, plan=plan)  # not asked: no beta in the state
+        assert plain.second.dim() == 2
+    for name, a, b in zip(("log Z", "p_start", "p_end", "grad_transition", "grad_duration_bias"), outs[False], outs[True]):
+        assert torch.equal(a, b), name
+    # a public function that runs both on the interpreter's engine (the entropy: a forward, then
+    # the marginals), forced each way (log Z's own operator takes this path on CUDA: test_gpu.py)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+    ent = {}
+    for early in (False, True):
+        monkeypatch.setattr(plan_mod, "BETA_EARLY_OVERRIDE", early)
+        ent[early] = semi_crf_streaming_entropy(**inp, backend="triton")
+    assert torch.equal(ent[False], ent[True])
+    # the plan's choice: one 8-warp program per multiprocessor, both recurrences at once
+    monkeypatch.setattr(plan_mod, "BETA_EARLY_OVERRIDE", None)
+    assert plan_mod.beta_early(32, 1, 132, "log", True)          # (32, 3000): 64 programs
+    assert not plan_mod.beta_early(16, 8, 132, "log", True)      # (16, 20000): the forward fills the GPU
+    assert not plan_mod.beta_early(32, 1, 132, "max", True)      # Viterbi has no backward
+    assert not plan_mod.beta_early(32, 1, 132, "log", False)     # no CUDA: nothing runs beside
+    assert not p.beta_early                                      # (the interpreter's plans)

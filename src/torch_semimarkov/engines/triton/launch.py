@@ -34,7 +34,8 @@ LAST_MARG_STATS: Optional[torch.Tensor] = None
 
 class ForwardState(NamedTuple):
     """What a forward keeps for its backward: with ``plan.time_parallel`` every position's rows
-    ``(saved (2, B, T+1, C) float32, frames (B, T+1) float64)``, else the checkpoints
+    ``(saved (2, B, T+1, C) float32, frames (B, T+1) float64)`` (with ``plan.beta_early`` beta's
+    rows and frames too: ``saved`` one slab more, ``frames`` (2, B, T+1)), else the checkpoints
     ``(ck32 (B, n, n32) float32, ck64 (B, n, n64) float64)``."""
 
     first: torch.Tensor
@@ -150,7 +151,7 @@ def _check_masked(plan: KernelPlan, masks):
 
 def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="log", proj_start=None,
                    proj_end=None, *, plan: Optional[KernelPlan] = None, save_for_backward: bool = True,
-                   save: Optional[str] = None, masks=None):
+                   save: Optional[str] = None, masks=None, beta: bool = False):
     """log Z (log semiring) or the best score (max semiring) of a batch, on the GPU.
 
     Args:
@@ -161,6 +162,8 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
             (tests); the time-parallel engine always keeps every position.
         masks: ``(min_start, max_end, flags)`` of a constrained call, from
             :func:`~.limits.engine_limits` (``plan`` from :func:`~.plan.masked_plan`).
+        beta: the caller runs :func:`launch_backward` next: where ``plan.beta_early`` (unmasked,
+            log semiring), run the beta recurrence now beside the forward and keep it in ``state``.
 
     Returns:
         ``(partition (B,) float64, state)``: the partition is ``-inf`` for a sequence with no
@@ -172,6 +175,9 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     plan = plan or plan_for(cum_scores, transition, K, semiring)
     _check_masked(plan, masks)
     if plan.time_parallel:
+        early = beta and save_for_backward and semiring == "log" and plan.beta_early and masks is None
+        if early:
+            beta, streams = _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
         saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
                                               proj_start, proj_end, plan, masks=masks)
         rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
@@ -179,12 +185,43 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
         reduce = last.max(-1).values if semiring == "max" else torch.logsumexp(last, -1)
         out = frames[rows, lengths] + reduce
         state = ForwardState(saved, frames) if (save_for_backward and semiring == "log") else None
+        if early:
+            x_hat, g = _join(beta, streams)
+            # beta's rows as one more slab of the saved rows, its frames beside the forward's
+            state = ForwardState(torch.cat([saved, x_hat[None]]), torch.stack([frames, g]))
         return public_score(out), state
     if save is None:
         save = "checkpoints" if save_for_backward else None
     out, state, _ = _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring, proj_start,
                                         proj_end, plan, save)
     return public_score(out), state
+
+
+def _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan):
+    """Start the beta recurrence (``beta_chunked``) on a second CUDA stream, so that the forward,
+    launched next on the current one, runs beside it (``plan.beta_early``); on the CPU (the
+    interpreter) it simply runs first. Returns ``((x_hat, g), streams)`` for :func:`_join`."""
+    if not cum_scores.is_cuda:
+        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
+        return (x_hat, g), None
+    main = torch.cuda.current_stream(cum_scores.device)
+    side = torch.cuda.Stream(device=cum_scores.device)
+    side.wait_stream(main)  # the inputs are ready
+    with torch.cuda.stream(side):
+        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
+    return (x_hat, g), (main, side)
+
+
+def _join(beta, streams):
+    """Wait (on the current stream) for :func:`_beta_beside`'s recurrence; its outputs are then
+    owned by the current stream."""
+    x_hat, g = beta
+    if streams is not None:
+        main, side = streams
+        main.wait_stream(side)
+        x_hat.record_stream(main)
+        g.record_stream(main)
+    return x_hat, g
 
 
 def _blk_tiles(plan: KernelPlan, duration_bias):
@@ -263,8 +300,12 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     dtype = cum_scores.dtype
     K, K_eff = int(K), plan.K
     _check_masked(plan, masks)
+    early = None
     if plan.time_parallel:
         saved, frames = state
+        if frames.dim() == 3:  # beta ran beside the forward (plan.beta_early): its slab and frames
+            early = saved[-1], frames[1]
+            saved, frames = saved[:-1], frames[0]
     else:
         # every position's alpha_hat / U_hat and frames, recomputed interval by interval from the
         # checkpoints into a transient buffer (freed when this function returns)
@@ -287,7 +328,9 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     ch, nch = chunking(B, T, C, K_eff * C * C if dur_tr else K_eff * C + C * C)
     inputs = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, C=C, K=K_eff,
                   s_cum_b=T1 * C)
-    if plan.time_parallel:
+    if early is not None:
+        x_hat, g = early
+    elif plan.time_parallel:
         x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
                                    masks=masks)
     else:

@@ -71,6 +71,10 @@ MARG_WARPS = 4
 #: Warps of the blocked memory-ring engine.
 BLOCKED_WARPS = 8
 
+#: Tests set this to True / False to force (or forbid) computing beta during the forward
+#: (:attr:`KernelPlan.beta_early`); None: the plan's own choice.
+BETA_EARLY_OVERRIDE: Optional[bool] = None
+
 #: Streaming multiprocessors assumed when no CUDA device is queried (the interpreter; an H100/H200).
 DEFAULT_SMS = 132
 
@@ -101,6 +105,9 @@ class KernelPlan:
         idx64: positions and row offsets need 64-bit integers (``(T+1)·C`` near 2^31); otherwise
             the kernels index in int32, which is faster (a 64-bit modulo or multiply per element
             costs a large batch up to 2x).
+        beta_early: a forward that saves for its backward also runs the beta recurrence (it does not
+            depend on the forward), on a second CUDA stream beside the forward, and the backward
+            runs only the marginal kernels (:func:`beta_early`).
     """
 
     kind: str
@@ -123,6 +130,7 @@ class KernelPlan:
     marg: str = "position"
     marg_tile: tuple = MARG_TILE
     marg_warps: int = MARG_WARPS
+    beta_early: bool = False
 
     @property
     def packed_backpointers(self) -> bool:
@@ -215,6 +223,17 @@ def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
     return max(3 * K_eff // 2, 64, min(4 * K_eff, -(-T // per)))
 
 
+def beta_early(B: int, n_chunks: int, sms: int, semiring: str, on_cuda: bool) -> bool:
+    """Whether the blocked engine's forward should run beta beside it: in the log semiring on a GPU
+    whose multiprocessors the two recurrences' programs (one 8-warp program per multiprocessor,
+    ``B · n_chunks`` each) fill at most once together, e.g. a batch of 32 sequences of 3,000
+    positions (one chunk each) on 132 multiprocessors. Where the forward alone fills the GPU, beta
+    would only queue behind it. :data:`BETA_EARLY_OVERRIDE` forces the answer (tests)."""
+    if BETA_EARLY_OVERRIDE is not None:
+        return bool(BETA_EARLY_OVERRIDE)
+    return semiring == "log" and on_cuda and 2 * B * n_chunks <= sms
+
+
 def make_plan(
     B: int,
     T: int,
@@ -287,7 +306,8 @@ def make_plan(
             idx64=idx64, bt=bt, rb=rb, cb=cb, linear=BLOCKED_LINEAR,
             linear_tile=BLOCK_OVERRIDE or LINEAR_TILE, marg=BLOCKED_MARGINALS,
             marg_tile=tuple(min(x, c_pad) if i == 2 else x for i, x in enumerate(MARG_OVERRIDE or MARG_TILE)),
-            marg_warps=MARG_WARPS)
+            marg_warps=MARG_WARPS,
+            beta_early=beta_early(B, n, sms, semiring, device is not None and torch.device(device).type == "cuda"))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
