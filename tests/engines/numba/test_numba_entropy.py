@@ -234,8 +234,10 @@ def test_auto_takes_the_compiled_engine_on_cpu_tensors(monkeypatch, direct):
         out[backend] = (H, ce, torch.autograd.grad(H.sum() + ce.sum(), leaves))
     assert len(calls) == 4
     assert torch.equal(out["auto"][0], out["numba"][0]) and torch.equal(out["auto"][1], out["numba"][1])
-    for a, b in zip(out["auto"][2], out["numba"][2]):
-        assert torch.equal(a, b)
+    for i, (a, b) in enumerate(zip(out["auto"][2], out["numba"][2])):
+        # (failed once in ~60 runs, not reproduced since: the message says where, for the next look)
+        assert torch.equal(a, b), (f"leaf {i}: {int((a != b).sum())} entries differ, largest by "
+                                   f"{float((a - b).abs().max()):.3e}, first at {(a != b).nonzero()[:4].tolist()}")
 
 
 @DIRECT
