@@ -177,7 +177,7 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     if plan.time_parallel:
         early = beta and save_for_backward and semiring == "log" and plan.beta_early and masks is None
         if early:
-            beta, streams = _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
+            pending = _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
         saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
                                               proj_start, proj_end, plan, masks=masks)
         rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
@@ -186,7 +186,7 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
         out = frames[rows, lengths] + reduce
         state = ForwardState(saved, frames) if (save_for_backward and semiring == "log") else None
         if early:
-            x_hat, g = _join(beta, streams)
+            x_hat, g = _join(*pending)
             # beta's rows as one more slab of the saved rows, its frames beside the forward's
             state = ForwardState(torch.cat([saved, x_hat[None]]), torch.stack([frames, g]))
         return public_score(out), state

@@ -107,7 +107,9 @@ class KernelPlan:
             costs a large batch up to 2x).
         beta_early: a forward that saves for its backward also runs the beta recurrence (it does not
             depend on the forward), on a second CUDA stream beside the forward, and the backward
-            runs only the marginal kernels (:func:`beta_early`).
+            runs only the marginal kernels (:func:`beta_early`). Its rows are then held from the
+            forward to the backward: the saved state is half as large again (B·(T+1)·C float32
+            and B·(T+1) float64 more).
     """
 
     kind: str
