@@ -2,7 +2,7 @@
 the backward only the marginals) against the usual order, through the public API on random models
 at genomics shapes (interleaved medians; log Z and gradients must be bitwise equal).
 
-    python benchmarks/probes/beta_early_ab.py $OUT/beta_early_ab.json
+    python benchmarks/probes/beta_early_ab.py $OUT/beta_early_ab.json ["B,T,K,C;B,T,K,C"]
 """
 import json
 import os
@@ -21,7 +21,10 @@ res = {"device": torch.cuda.get_device_name(), "runs": RUNS, "shapes": {}}
 # None: the plan's own choice
 settings = {"usual": lambda: setattr(plan_mod, "BETA_EARLY_OVERRIDE", False),
             "beside": lambda: setattr(plan_mod, "BETA_EARLY_OVERRIDE", None)}
-for (B, T, K, C) in [(32, 3000, 960, 47), (64, 3000, 960, 47), (8, 8000, 960, 47), (16, 20000, 960, 47)]:
+SHAPES = [(32, 3000, 960, 47), (64, 3000, 960, 47), (8, 8000, 960, 47), (16, 20000, 960, 47)]
+if len(sys.argv) > 2:
+    SHAPES = [tuple(int(x) for x in shape.split(",")) for shape in sys.argv[2].split(";")]
+for (B, T, K, C) in SHAPES:
     model = random_model(B, T, K, C)
     plan = launch.plan_for(model[0], model[1], K, "log")
     out, times, med = interleaved(settings, model, K, RUNS)
