@@ -336,15 +336,15 @@ def main(argv=None):
                 model = FeatureCRF(models["all"]).to(device)
                 model.load_state_dict(saved["state"])
                 out["train"] = dict(results.get("test", {}).get("train", {}), loaded=args.model)
-                out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))
             elif kind == "crf":
                 model, info = fit("all", list(range(len(train_recs))))
                 out["train"] = info
-                out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))
                 torch.save({"state": model.state_dict(), "config": config.to_dict()},
                            os.path.join(args.out, "feature_crf.pt"))
             else:
                 model = FeatureCRF(models["all"]).to(device)
+            if kind == "crf":
+                out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))
             # Viterbi for both models (the table's rows); posterior decoding where CV selected it
             mea = [float(selected.split(":")[1])] if selected.startswith(kind + "+mea:") else []
             t1 = time.perf_counter()

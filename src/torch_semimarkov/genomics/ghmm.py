@@ -595,12 +595,14 @@ class GHMM:
             cols, ups = [], []
             for strand in "+-":
                 name = sname + strand
-                up = _shift(sig[name + "_up"], shift[name]) if cfg.signal_split else 0.0
-                base = _shift(sig[name], shift[name]) - up
+                base = _shift(sig[name], shift[name])
+                if cfg.signal_split:
+                    up = _shift(sig[name + "_up"], shift[name])
+                    base = base - up
+                    ups += [np.where(ok[name], up, 0.0)] * 3  # the same for the exon's three phases
                 for v in range(3):
                     val = base - _shift(replaced[name][v], shift[name])
                     cols.append(np.where(ok[name], val, 0.0))
-                    ups.append(np.where(ok[name], up, 0.0))
             comps[sname] = self._signal_component(sname, np.stack(cols, 1), st)
             if cfg.signal_split:
                 comps[sname + "_up"] = self._signal_component(sname, np.stack(ups, 1), st, sname + "_up")
