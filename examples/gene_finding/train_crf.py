@@ -187,8 +187,8 @@ def main(argv=None):
     ap.add_argument("--reg", type=float, default=0.05, help="L2 pull towards the GHMM (per locus of data)")
     ap.add_argument("--max-iter", type=int, default=25)
     ap.add_argument("--params", default="weights,offset",
-                    help="the parameters learned (of weights, offset, duration_delta, transition_delta); the "
-                         "others stay at the GHMM's values")
+                    help="the parameters learned (of weights, offset, duration_delta, transition_delta, and "
+                         "site_bases with a --ghmm-config of signal_bases true); the others stay at the GHMM's values")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit")
     ap.add_argument("--model", default=None,
                     help="final: the feature_crf.pt of a final fit of this configuration (e.g. run beside the "
@@ -269,8 +269,13 @@ def main(argv=None):
     def fit(model_key, train_idx):
         crf = FeatureCRF(models[model_key]).to(device)
         learned = set(args.params.split(","))
+        unknown = learned - {name.split(".")[0] for name, _ in crf.named_parameters()}
+        if unknown:
+            raise ValueError(f"--params: no parameters {sorted(unknown)} in this model (it has "
+                             f"{sorted({n.split('.')[0] for n, _ in crf.named_parameters()})}; site_bases needs a "
+                             "--ghmm-config with signal_bases true)")
         for name, p in crf.named_parameters():
-            p.requires_grad_(name in learned)
+            p.requires_grad_(name.split(".")[0] in learned)  # (site_bases.donor: one of site_bases)
         usable = [i for i in train_idx if lengths[i] <= args.max_train_length]
         packed = [pack([feats[i] for i in g], [train_recs[i].genes for i in g], device=device, dtype=dtype,
                        grammar=grammar) for g in batches(usable, lengths, args.max_batch)]

@@ -179,3 +179,87 @@ def test_signal_split_is_the_same_ghmm_with_two_weights_per_signal():
         assert torch.allclose(x, y, atol=1e-8)
     with pytest.raises(ValueError, match="donor_up"):
         crf_s.engine_inputs(bp, torch.float64)
+
+
+def test_signal_bases_lists_each_sites_window_and_the_crf_scores_them():
+    """``signal_bases``: the GHMM lists every candidate site of each signal with its window's bases
+    (the true donors' windows are the sequence's bases around them, on either strand) and does not
+    change; a FeatureCRF over it starts at the GHMM's inputs, adds ``sum_j theta[j, base_j]`` at
+    each site exactly where the signal's own terms sit (continuation take-backs included, ids
+    numbered across a batch of two loci), and learns ``theta`` by its gradient."""
+    import torch
+
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+    from torch_semimarkov.genomics.ghmm import Term
+    from torch_semimarkov.genomics.sensors import reverse_complement
+
+    loci = training_loci(10, seed=4)
+    recs = training_loci(2, seed=9)  # one + and one - locus
+    assert [g.strand for r in recs for g in r.genes] == ["+", "-"]
+    plain = GHMM.fit(loci, GHMMConfig(order=3, max_duration=60))
+    sb = GHMM.fit(loci, GHMMConfig(order=3, max_duration=60, signal_bases=True))
+    fp, fs = [plain.features(r) for r in recs], [sb.features(r) for r in recs]
+    assert fp[0].windows is None and set(fs[0].windows) == {"donor", "acceptor", "start", "stop"}
+    for a, b in zip(assemble(fs[0])[:5], assemble(fp[0])[:5]):
+        assert torch.equal(a, b)
+    # the true donors' windows: (-3, 6) around the intron's first base, read on the gene's strand
+    wam = sb.signals.models["donor"]
+    for rec, f in zip(recs, fs):
+        gene, codes = rec.genes[0], encode_dna(rec.sequence)
+        site = f.windows["donor"]
+        ids = site.sites.dense("proj_end" if gene.strand == "+" else "proj_start", f.T, f.K, f.C)
+        if gene.strand == "+":
+            e = gene.exons[0].end  # the intron's first base; the exon's last base e - 1 reads it
+            row = ids[e - 1]
+            expect = codes[e + wam.lo:e + wam.hi]
+        else:
+            s = gene.exons[-1].start  # the - strand intron's first base is s - 1; the exon's 5' base s reads it
+            row = ids[s]
+            r = f.T - 1 - (s - 1)
+            expect = reverse_complement(codes)[r + wam.lo:r + wam.hi]
+        i = int(row[row > 0][0])
+        assert set(row[row != 0].tolist()) == {i}  # one site, whichever label reads it
+        assert site.codes[i - 1].tolist() == expect.tolist()
+    # the CRF: at theta = 0 the GHMM's inputs; then theta's score exactly where the signal's terms sit
+    crf_p, crf_s = FeatureCRF(plain), FeatureCRF(sb)
+    assert set(crf_s.site_bases) == {"donor", "acceptor", "start", "stop"} and not len(crf_p.site_bases)
+    assert crf_s.site_bases["acceptor"].shape == (sb.signals.models["acceptor"].width, 4)
+    bs = pack(fs, [r.genes for r in recs], dtype=torch.float64, grammar=sb.grammar)
+    bp = pack(fp, [r.genes for r in recs], dtype=torch.float64, grammar=plain.grammar)
+    base = crf_p.engine_inputs(bp, torch.float64)
+    for x, y in zip(crf_s.engine_inputs(bs, torch.float64), base):
+        assert torch.equal(x, y)
+    with pytest.raises(ValueError, match="signal_bases"):
+        crf_s.engine_inputs(bp, torch.float64)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in crf_s.site_bases.values():
+            p.normal_()
+    moved = crf_s.engine_inputs(bs, torch.float64)
+    assert torch.equal(moved[0], base[0]) and torch.equal(moved[1], base[1]) and torch.equal(moved[2], base[2])
+    for k, part in ((3, "proj_start"), (4, "proj_end")):
+        expect = np.zeros((2, bs.T, sb.grammar.num_labels))
+        for b, f in enumerate(fs):
+            for name, site in f.windows.items():
+                theta = np.concatenate([crf_s.site_bases[name].detach().numpy(), np.zeros((site.codes.shape[1], 1))], 1)
+                score = np.concatenate([[0.0], theta[np.arange(theta.shape[0]), site.codes.astype(np.int64)].sum(1)])
+                for term in getattr(site.sites, part):
+                    Term(score[term.values.astype(np.int64)], term.index, term.scale).add_to(expect[b, :f.T])
+        got = (moved[k] - base[k]).detach().numpy()
+        fin = np.isfinite(got)
+        assert np.abs(expect).max() > 1.0 and np.array_equal(fin, np.isfinite(base[k].detach().numpy()))
+        assert np.allclose(got[fin], expect[fin], atol=1e-10)
+    # the penalty pulls theta to 0; the NLL's gradient in theta matches a finite difference
+    assert float(crf_s.penalty().detach()) > float(crf_p.penalty().detach()) + 1.0
+    theta = crf_s.site_bases["donor"]
+    crf_s.nll(bs, torch.float64).sum().backward()
+    g = theta.grad.clone()
+    assert torch.isfinite(g).all() and g.abs().max() > 1e-3
+    j, x = divmod(int(g.abs().argmax()), 4)
+    eps = 1e-5
+    with torch.no_grad():
+        theta[j, x] += eps
+        up = float(crf_s.nll(bs, torch.float64).sum())
+        theta[j, x] -= 2 * eps
+        down = float(crf_s.nll(bs, torch.float64).sum())
+    assert abs((up - down) / (2 * eps) - float(g[j, x])) < 1e-5 * max(1.0, abs(float(g[j, x])))

@@ -10,9 +10,12 @@ corrections a generative model cannot fit:
 * ``offset`` (C,): a per-base score per label (k·offset for a duration-k segment);
 * ``duration_delta`` (num_basis, C): smooth corrections of every label's length score (Gaussian
   bumps on log k);
-* ``transition_delta`` (C, C): corrections of the allowed moves.
+* ``transition_delta`` (C, C): corrections of the allowed moves;
+* ``site_bases`` (over a GHMM with ``GHMMConfig(signal_bases=True)``): per signal a (width, 4)
+  score per window position and base, added at each candidate site (a discriminative position
+  weight matrix beside the weight array model's score, as CRAIG's splice-site features).
 
-All start at the GHMM (weights 1, corrections 0), and :meth:`FeatureCRF.penalty` (an L2 pull
+All start at the GHMM (weights 1, corrections and site scores 0), and :meth:`FeatureCRF.penalty` (an L2 pull
 towards it) keeps them near it unless the data say otherwise. The model is log-linear in its
 parameters, so its NLL is convex.
 
@@ -55,6 +58,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from torch_semimarkov.core.gold import segments_to_starts
 from torch_semimarkov.scores import cumulative_scores
@@ -62,7 +66,8 @@ from torch_semimarkov.api.marginals import semi_crf_streaming_marginals
 from torch_semimarkov.api.partition import semi_crf_streaming_forward
 from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
 from torch_semimarkov.genomics.ghmm import GHMM, GHMMFeatures
-from torch_semimarkov.genomics.records import Gene
+from torch_semimarkov.genomics.records import UNKNOWN, Gene
+from torch_semimarkov.genomics.sensors import SIGNAL_NAMES
 
 __all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "mea_decode", "SEQUENCE_COMPONENTS",
            "STATIC_COMPONENTS"]
@@ -112,6 +117,9 @@ class PackedBatch:
             the 5' penalty and its take-back).
         labels, starts: (B, T) gold tensors (``segments_to_starts``) or None.
         segments: the gold segmentations ``[(start, end, label)]`` or None.
+        sites: with features of a GHMM with ``signal_bases``, ``{signal: (terms, codes)}``: the
+            signal's site-id terms ``{part: [PackedTerm, ...]}`` (ids numbered across the batch) and
+            (N + 1, width) long window codes, row 0 (id 0: no site) all ``UNKNOWN``; else None.
     """
 
     lengths: torch.Tensor
@@ -121,6 +129,7 @@ class PackedBatch:
     labels: Optional[torch.Tensor] = None
     starts: Optional[torch.Tensor] = None
     segments: Optional[List[List[Tuple[int, int, int]]]] = None
+    sites: Optional[Dict[str, Tuple[Dict[str, List[PackedTerm]], torch.Tensor]]] = None
 
     @property
     def batch(self) -> int:
@@ -145,6 +154,26 @@ def _pack_terms(per_locus: Sequence[Sequence], T: int, device, dtype) -> List[Pa
     return out
 
 
+def _pack_sites(windows: Sequence, T: int, device, dtype) -> Tuple[Dict[str, List[PackedTerm]], torch.Tensor]:
+    """One signal's :class:`~.ghmm.SiteWindows` of a batch: the site-id terms with every locus's ids
+    moved past the loci before it, and the windows' codes after a row 0 of ``UNKNOWN`` (id 0)."""
+    counts = [len(w.codes) for w in windows]
+    offset = torch.tensor(np.concatenate([[0], np.cumsum(counts)[:-1]]), dtype=dtype, device=device)
+    exact = 2 ** 24 if dtype == torch.float32 else 2 ** 53  # integers a float holds exactly
+    if sum(counts) >= exact:
+        raise ValueError(f"{sum(counts)} sites in one batch: more than {dtype} holds as exact ids (pack fewer loci)")
+    terms = {}
+    for part in _PARTS:
+        packed = _pack_terms([getattr(w.sites, part) for w in windows], T, device, dtype)
+        for term in packed:
+            v = term.values
+            term.values = torch.where(v != 0, v + torch.sign(v) * offset[:, None, None], v)
+        terms[part] = packed
+    width = windows[0].codes.shape[1]
+    codes = np.concatenate([np.full((1, width), UNKNOWN, dtype=np.int64)] + [w.codes.astype(np.int64) for w in windows])
+    return terms, torch.as_tensor(np.minimum(codes, UNKNOWN), dtype=torch.long, device=device)
+
+
 def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gene]]] = None, device="cpu",
          dtype: torch.dtype = torch.float32, grammar=None) -> PackedBatch:
     """A :class:`PackedBatch` of loci (their features from :meth:`~.ghmm.GHMM.features`; with
@@ -160,6 +189,9 @@ def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gen
     constraints = {part: _pack_terms([getattr(f.constraints, part) for f in features], T, device, dtype)
                    for part in _PARTS}
     batch = PackedBatch(lengths, T, terms, constraints)
+    if features[0].windows is not None:
+        batch.sites = {name: _pack_sites([f.windows[name] for f in features], T, device, dtype)
+                       for name in features[0].windows}
     if genes is not None:
         from torch_semimarkov.genomics.labels import GeneGrammar
         grammar = grammar or GeneGrammar()
@@ -192,6 +224,9 @@ class FeatureCRF(nn.Module):
         self.offset = nn.Parameter(torch.zeros(C, dtype=torch.float64))
         self.duration_delta = nn.Parameter(torch.zeros(num_basis, C, dtype=torch.float64))
         self.transition_delta = nn.Parameter(torch.zeros(C, C, dtype=torch.float64))
+        self.site_bases = nn.ParameterDict(
+            {s: nn.Parameter(torch.zeros(ghmm.signals.models[s].width, 4, dtype=torch.float64))
+             for s in (SIGNAL_NAMES if getattr(ghmm.config, "signal_bases", False) else ())})
         logk = torch.log(torch.arange(1, K + 1, dtype=torch.float64))
         centres = torch.linspace(0.0, math.log(K), num_basis, dtype=torch.float64)
         width = float(centres[1] - centres[0]) if num_basis > 1 else 1.0
@@ -231,10 +266,11 @@ class FeatureCRF(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         """``||weights - 1||^2 + ||offset||^2 + ||duration_delta||^2 + ||transition_delta||^2``
-        (the allowed moves only): the pull towards the generative GHMM."""
+        (the allowed moves only) ``+ ||site_bases||^2``: the pull towards the generative GHMM."""
         tr = torch.where(self.transition_allowed, self.transition_delta, torch.zeros_like(self.transition_delta))
+        sites = sum((p ** 2).sum() for p in self.site_bases.values()) if len(self.site_bases) else 0.0
         return ((self.weights - 1) ** 2).sum() + (self.offset ** 2).sum() + (self.duration_delta ** 2).sum() + \
-            (tr ** 2).sum()
+            (tr ** 2).sum() + sites
 
     def engine_inputs(self, batch: PackedBatch, dtype: torch.dtype = torch.float32):
         """``(cum_scores, transition, duration_bias, proj_start, proj_end)`` of the batch, differentiable
@@ -255,6 +291,22 @@ class FeatureCRF(nn.Module):
         for p in _PARTS:
             for term in batch.constraints[p]:
                 parts[p] = parts[p] + term.dense().to(dtype)
+        if len(self.site_bases):
+            if batch.sites is None or set(batch.sites) != set(self.site_bases):
+                raise ValueError("batch: no site windows of " + ", ".join(self.site_bases) + " (the model learns "
+                                 "site_bases: pack features of a GHMM with GHMMConfig(signal_bases=True))")
+            for name, theta in self.site_bases.items():
+                terms, codes = batch.sites[name]
+                if codes.shape[1] != theta.shape[0]:
+                    raise ValueError(f"batch: {name} windows of {codes.shape[1]} bases, the model's {theta.shape[0]}")
+                # each site's score: sum over its window of the position's score of its base (0 for N)
+                table = F.pad(theta.to(dtype), (0, 1))  # (width, 5)
+                score = table[torch.arange(table.shape[0], device=dev), codes].sum(-1)  # (N + 1,), 0 for id 0
+                for p in _PARTS:
+                    for term in terms[p]:
+                        v = term.values
+                        per_col = torch.sign(v) * score[v.abs().round().long()]
+                        parts[p] = parts[p] + PackedTerm(per_col, term.index, term.scale).dense()
         valid = (torch.arange(T, device=dev)[None, :] < batch.lengths[:, None])[..., None]
         emission = parts["emission"] + self.offset.to(dtype)
         # the same quantity from every label's score: exact, keeps the sums small

@@ -55,13 +55,15 @@ import torch
 
 from torch_semimarkov.genomics.labels import MIN_EXON, MIN_INTRON, GeneGrammar
 from torch_semimarkov.genomics.records import SIGNALS, Gene, GenomicRecord, encode_dna
-from torch_semimarkov.genomics.sensors import SIGNAL_NAMES, ContentSensors, LengthDistribution, SignalSensors
+from torch_semimarkov.genomics.sensors import (SIGNAL_NAMES, ContentSensors, LengthDistribution, SignalSensors,
+                                               reverse_complement)
 
 __all__ = [
     "COMPONENTS",
     "Term",
     "Component",
     "GHMMFeatures",
+    "SiteWindows",
     "EngineInputs",
     "assemble",
     "GHMMConfig",
@@ -144,11 +146,32 @@ class Component:
 
 
 @dataclass
+class SiteWindows:
+    """One signal's candidate sites in a sequence and the bases of their windows
+    (``GHMMConfig(signal_bases=True)``), for features learned per window position and base.
+
+    Attributes:
+        sites: the signal's terms laid out as its component's (the same labels, parts and
+            continuation-piece take-backs), but each value is a *site id*: ``i + 1`` for the site
+            whose window is ``codes[i]``, 0 where there is none, negative where a continuation
+            piece takes the site back (scale -1).
+        codes: (N, width) int8, the N sites' windows on the strand each is read on (the signal
+            model's offsets ``lo .. hi-1`` from its anchor; ``UNKNOWN`` = 4 for N bases and beyond
+            the sequence); the + strand's sites first.
+    """
+
+    sites: "Component"
+    codes: np.ndarray
+
+
+@dataclass
 class GHMMFeatures:
     """The feature components of one sequence (see the module docstring) and its constraints.
 
     ``components`` hold finite values; ``constraints`` holds ``-inf`` (forbidden) and the finite
-    5' consensus penalty, added unweighted by :func:`assemble`.
+    5' consensus penalty, added unweighted by :func:`assemble`. ``windows``: ``{signal:
+    SiteWindows}`` with ``GHMMConfig(signal_bases=True)`` (not scores: :func:`assemble` and the
+    GHMM ignore them; :class:`~.feature_crf.FeatureCRF` learns scores for them), else None.
     """
 
     T: int
@@ -156,6 +179,7 @@ class GHMMFeatures:
     C: int
     components: Dict[str, Component]
     constraints: Component
+    windows: Optional[Dict[str, SiteWindows]] = None
 
     def dense(self, name: str) -> Dict[str, np.ndarray]:
         """``{part: dense array}`` of a component (or ``"constraints"``), for inspection and tests."""
@@ -287,6 +311,12 @@ class GHMMConfig:
             branch-point region for acceptors) and ``"<signal>"`` (the rest). With weight 1 each they
             sum to the unsplit score, so the GHMM is the same model; a
             :class:`~.feature_crf.FeatureCRF` over it learns the two weights apart.
+        signal_bases: ``False`` (default). ``True``: :meth:`GHMM.features` also lists every
+            candidate site of each signal (where its consensus is) with the bases of its window
+            (:class:`SiteWindows`), so that a :class:`~.feature_crf.FeatureCRF` can learn a score
+            per signal, window position and base (a discriminative position weight matrix added to
+            the weight array model's score, as CRAIG's splice-site features). The GHMM itself does
+            not change.
     """
 
     order: int = 5
@@ -308,6 +338,7 @@ class GHMMConfig:
     intergenic_order: Optional[int] = None
     long_intron_content: bool = False
     signal_split: bool = False
+    signal_bases: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -591,7 +622,10 @@ class GHMM:
         ok = {name: _shift(sig[name + "_ok"], shift[name]) for name in SIGNALS}
         replaced = self._replaced_content(content, T)
         st = {n: v.numpy() for n, v in g.signal_tables().items()}
+        windows = {} if cfg.signal_bases else None
         for sname in ("donor", "acceptor", "start", "stop"):
+            if windows is not None:
+                windows[sname] = self._site_windows(sname, codes, ok, shift, st)
             cols, ups = [], []
             for strand in "+-":
                 name = sname + strand
@@ -646,7 +680,7 @@ class GHMM:
             last_inf = np.zeros((T, 1))
             last_inf[T - 1, 0] = -np.inf
             constraints.proj_end.append(Term(last_inf, np.array([[0 if c in tails else -1 for c in range(C)]])))
-        return GHMMFeatures(T, K, C, comps, constraints)
+        return GHMMFeatures(T, K, C, comps, constraints, windows)
 
     def _frame_component(self, name: str, q_plus: np.ndarray, q_minus: np.ndarray) -> Component:
         """Per-base scores by codon position ((T, 3) per strand) of coding segments in their frame.
@@ -747,6 +781,27 @@ class GHMM:
                 shifted = np.stack([_shift(vals[:, i], d) for i in range(vals.shape[1])], 1)
                 getattr(comp, part).append(Term(shifted, idxb, np.full(C, -1.0)))
         return comp
+
+    def _site_windows(self, sname: str, codes: np.ndarray, ok: Dict[str, np.ndarray], shift: Dict[str, int],
+                      st: Dict[str, np.ndarray]) -> SiteWindows:
+        """The candidate sites of one signal (``ok``: where its consensus is, at the grammar's
+        positions, i.e. shifted by ``shift`` from the anchors) and their windows' bases."""
+        model = self.signals.models[sname]
+        T = len(codes)
+        rc = reverse_complement(codes)
+        ids = np.zeros((T, 6))
+        rows = []
+        for k, strand in enumerate("+-"):
+            name = sname + strand
+            pos = np.flatnonzero(ok[name])
+            anchors = pos + shift[name]  # record coordinates (ok[name][t] = consensus at t + shift)
+            # on the - strand the window is read right to left: anchor T-1-a of the reverse complement
+            rows.append(model.site_windows(codes if strand == "+" else rc,
+                                           anchors if strand == "+" else T - 1 - anchors))
+            first = sum(len(r) for r in rows[:-1]) + 1
+            ids[pos, 3 * k:3 * k + 3] = (first + np.arange(len(pos), dtype=np.float64))[:, None]
+        codes_out = np.concatenate(rows).astype(np.int8) if rows else np.zeros((0, model.width), np.int8)
+        return SiteWindows(self._signal_component(sname, ids, st, sname + "_sites"), codes_out)
 
     # ------------------------------------------------------------------ decoding
 

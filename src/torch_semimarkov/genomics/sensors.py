@@ -485,6 +485,22 @@ class WeightArrayModel:
             term[sel] = self.higher[i][k][ctxs[k][sel], xc[sel]]
         return term
 
+    def site_windows(self, codes: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+        """(N, width) int64: the window's codes (offsets ``lo .. hi-1``) of the sites anchored at
+        ``anchors`` (N,), ``UNKNOWN`` beyond the sequence.
+
+        Example:
+            >>> wam = WeightArrayModel(-2, 3, 0, ("GT",))
+            >>> wam.site_windows(encode_dna("AAGTAC"), np.array([2, 0])).tolist()
+            [[0, 0, 2, 3, 0], [4, 4, 0, 0, 2]]
+        """
+        codes = np.asarray(codes)
+        pos = np.asarray(anchors, dtype=np.int64)[:, None] + np.arange(self.lo, self.hi)[None, :]
+        inside = (pos >= 0) & (pos < len(codes))
+        out = np.full(pos.shape, UNKNOWN, dtype=np.int64)
+        out[inside] = codes[pos[inside]]
+        return out
+
     def consensus(self, codes: np.ndarray) -> np.ndarray:
         """(L,) bool: the consensus of a site anchored at each position is there."""
         codes = np.asarray(codes)
