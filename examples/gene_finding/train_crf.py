@@ -307,6 +307,8 @@ def main(argv=None):
             m_crf, m_ghmm = metrics["crf"].pop("viterbi"), metrics["ghmm"].pop("viterbi")
             row = {"fold": j, "crf": m_crf, "ghmm": m_ghmm, "train": info, "decode_seconds": time.perf_counter() - t1,
                    "weights": dict(zip(crf.components, crf.weights.detach().cpu().tolist()))}
+            if len(crf.site_bases):
+                row["site_bases"] = {k: v.detach().cpu().tolist() for k, v in crf.site_bases.items()}
             if thresholds:  # "crf+mea:0.6": metrics, ...
                 row["posterior_decoding"] = {f"{kind}+{name}": m for kind, d in metrics.items() for name, m in d.items()}
             cv = sorted(cv + [row], key=lambda r: r["fold"])
@@ -350,6 +352,8 @@ def main(argv=None):
                 model = FeatureCRF(models["all"]).to(device)
             if kind == "crf":
                 out["weights"] = dict(zip(model.components, model.weights.detach().cpu().tolist()))
+                if len(model.site_bases):
+                    out["site_bases"] = {k: v.detach().cpu().tolist() for k, v in model.site_bases.items()}
             # Viterbi for both models (the table's rows); posterior decoding where CV selected it
             mea = [float(selected.split(":")[1])] if selected.startswith(kind + "+mea:") else []
             t1 = time.perf_counter()
