@@ -60,9 +60,14 @@ def _launch_all(v, semiring_list=("log", "max"), time_parallel=True, wide=False)
 
 
 def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
+    """One sequence per call, as short as still takes several chunks (blocks): a variant is its
+    kernel, argument types, constexprs and warps, none of which depends on B or T, so these
+    calls record the same 155 variants, in the same order, as calls of 2-3 sequences of 12-17
+    positions did (checked by comparing the two records), and the compile check is the same;
+    the interpreter's part took 19.6 s with those and 8 s with these."""
     records = record_launches(monkeypatch.setattr)
-    cc = (3, 13, 4, 5, "ragged", "both", False)
-    kcc = (2, 12, 3, 3, "ragged", "both", True)
+    cc = (1, 7, 4, 5, "ragged", "both", False)
+    kcc = (1, 7, 3, 3, "ragged", "both", True)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 5)
     for case in (cc, kcc):
         for wide in (False, True):
@@ -83,14 +88,14 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
         # the max semiring sums term by term whatever the block-sum setting: its variants once
         monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
         monkeypatch.setattr(plan_mod, "BLOCKED_MARGINALS", marg)
-        _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)), semirings)
+        _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), semirings)
         if linear is None:
-            _launch_all(validated(adversarial("frame", 2, 17, 4, 3, seed=5)), semirings, wide=True)
+            _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), semirings, wide=True)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
-    inp = inputs((2, 12, 4, 3, "ragged", "both", False), seed=3)
-    lm = torch.ones(2, 12, 3, dtype=torch.bool)
+    inp = inputs((1, 8, 4, 3, "ragged", "both", False), seed=3)
+    lm = torch.ones(1, 8, 3, dtype=torch.bool)
     lm[:, 5, 0] = False
     semi_crf_streaming_viterbi(**inp, label_mask=lm, backend="triton")
     semi_crf_streaming_entropy(**inp, backend="triton")
@@ -105,7 +110,7 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     from torch_semimarkov.engines.triton.dense import run_dense
 
     for direct, masked in ((False, True), (True, False)):
-        m = _model(2, 9, 3, 3, direct, True, masked, 0, "cpu")
+        m = _model(1, 6, 3, 3, direct, True, masked, 0, "cpu")
         for direction in ("alpha", "beta"):
             run_dense(m, direction, expect=True)
             run_dense(m, direction, expect=True, factored_off=True)
