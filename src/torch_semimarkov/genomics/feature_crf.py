@@ -69,7 +69,7 @@ from torch_semimarkov.genomics.ghmm import GHMM, GHMMFeatures
 from torch_semimarkov.genomics.records import UNKNOWN, Gene
 from torch_semimarkov.genomics.sensors import SIGNAL_NAMES
 
-__all__ = ["PackedTerm", "PackedBatch", "pack", "FeatureCRF", "mea_decode", "SEQUENCE_COMPONENTS",
+__all__ = ["PackedTerm", "PackedSites", "PackedBatch", "pack", "FeatureCRF", "mea_decode", "SEQUENCE_COMPONENTS",
            "STATIC_COMPONENTS"]
 
 #: components whose values depend on the sequence (packed per locus)
@@ -117,9 +117,7 @@ class PackedBatch:
             the 5' penalty and its take-back).
         labels, starts: (B, T) gold tensors (``segments_to_starts``) or None.
         segments: the gold segmentations ``[(start, end, label)]`` or None.
-        sites: with features of a GHMM with ``signal_bases``, ``{signal: (terms, codes)}``: the
-            signal's site-id terms ``{part: [PackedTerm, ...]}`` (ids numbered across the batch) and
-            (N + 1, width) long window codes, row 0 (id 0: no site) all ``UNKNOWN``; else None.
+        sites: with features of a GHMM with ``signal_bases``, ``{signal: PackedSites}``; else None.
     """
 
     lengths: torch.Tensor
@@ -129,7 +127,7 @@ class PackedBatch:
     labels: Optional[torch.Tensor] = None
     starts: Optional[torch.Tensor] = None
     segments: Optional[List[List[Tuple[int, int, int]]]] = None
-    sites: Optional[Dict[str, Tuple[Dict[str, List[PackedTerm]], torch.Tensor]]] = None
+    sites: Optional[Dict[str, "PackedSites"]] = None
 
     @property
     def batch(self) -> int:
@@ -154,24 +152,44 @@ def _pack_terms(per_locus: Sequence[Sequence], T: int, device, dtype) -> List[Pa
     return out
 
 
-def _pack_sites(windows: Sequence, T: int, device, dtype) -> Tuple[Dict[str, List[PackedTerm]], torch.Tensor]:
-    """One signal's :class:`~.ghmm.SiteWindows` of a batch: the site-id terms with every locus's ids
-    moved past the loci before it, and the windows' codes after a row 0 of ``UNKNOWN`` (id 0)."""
+@dataclass
+class PackedSites:
+    """One signal's candidate sites in a batch (from :class:`~.ghmm.SiteWindows`).
+
+    Attributes:
+        codes: (N, width) long, the sites' window codes (``UNKNOWN`` = 4 for N and beyond the sequence).
+        reads: ``{part: (at, index, sign)}``, the entries of the part that read a site: ``at`` (n,)
+            long, their flat index into the part's (B, T, C) (an entry may read two sites: a site
+            and a neighbouring piece's take-back); ``index`` (n,) long, the site (row of ``codes``);
+            ``sign`` (n,) float, +1, or -1 where a continuation piece takes the site back.
+    """
+
+    codes: torch.Tensor
+    reads: Dict[str, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def _pack_sites(windows: Sequence, T: int, device, dtype) -> PackedSites:
+    """One signal's :class:`~.ghmm.SiteWindows` of a batch, every locus's sites numbered after the
+    loci before it (the entries that read a site found once here, not at every evaluation)."""
     counts = [len(w.codes) for w in windows]
-    offset = torch.tensor(np.concatenate([[0], np.cumsum(counts)[:-1]]), dtype=dtype, device=device)
-    exact = 2 ** 24 if dtype == torch.float32 else 2 ** 53  # integers a float holds exactly
-    if sum(counts) >= exact:
-        raise ValueError(f"{sum(counts)} sites in one batch: more than {dtype} holds as exact ids (pack fewer loci)")
-    terms = {}
+    offset = torch.tensor(np.concatenate([[0], np.cumsum(counts)[:-1]]), dtype=torch.float64, device=device)
+    reads = {}
     for part in _PARTS:
-        packed = _pack_terms([getattr(w.sites, part) for w in windows], T, device, dtype)
-        for term in packed:
-            v = term.values
-            term.values = torch.where(v != 0, v + torch.sign(v) * offset[:, None, None], v)
-        terms[part] = packed
+        at, index, sign = [], [], []
+        for term in _pack_terms([getattr(w.sites, part) for w in windows], T, device, torch.float64):
+            ids = term.dense().flatten()  # (B * T * C) site id + 1 (negative: taken back), 0: none
+            flat = ids.nonzero()[:, 0]
+            sel = ids[flat]
+            b = flat // (ids.numel() // len(windows))
+            at.append(flat)
+            index.append((sel.abs() - 1 + offset[b]).round().long())
+            sign.append(torch.sign(sel).to(dtype))
+        empty = torch.zeros(0, dtype=torch.long, device=device)
+        reads[part] = (torch.cat(at) if at else empty, torch.cat(index) if index else empty,
+                       torch.cat(sign) if sign else empty.to(dtype))
     width = windows[0].codes.shape[1]
-    codes = np.concatenate([np.full((1, width), UNKNOWN, dtype=np.int64)] + [w.codes.astype(np.int64) for w in windows])
-    return terms, torch.as_tensor(np.minimum(codes, UNKNOWN), dtype=torch.long, device=device)
+    codes = np.concatenate([np.zeros((0, width), dtype=np.int64)] + [w.codes.astype(np.int64) for w in windows])
+    return PackedSites(torch.as_tensor(np.minimum(codes, UNKNOWN), dtype=torch.long, device=device), reads)
 
 
 def pack(features: Sequence[GHMMFeatures], genes: Optional[Sequence[Sequence[Gene]]] = None, device="cpu",
@@ -296,17 +314,22 @@ class FeatureCRF(nn.Module):
                 raise ValueError("batch: no site windows of " + ", ".join(self.site_bases) + " (the model learns "
                                  "site_bases: pack features of a GHMM with GHMMConfig(signal_bases=True))")
             for name, theta in self.site_bases.items():
-                terms, codes = batch.sites[name]
-                if codes.shape[1] != theta.shape[0]:
-                    raise ValueError(f"batch: {name} windows of {codes.shape[1]} bases, the model's {theta.shape[0]}")
-                # each site's score: sum over its window of the position's score of its base (0 for N)
+                sites = batch.sites[name]
+                if sites.codes.shape[1] != theta.shape[0]:
+                    raise ValueError(f"batch: {name} windows of {sites.codes.shape[1]} bases, the model's "
+                                     f"{theta.shape[0]}")
+                # each site's score: sum over its window of the position's score of its base (0 for N),
+                # as a product with the one-hot windows (a gather's backward would sum the many repeats
+                # of one index serially under CUDA's deterministic algorithms)
                 table = F.pad(theta.to(dtype), (0, 1))  # (width, 5)
-                score = table[torch.arange(table.shape[0], device=dev), codes].sum(-1)  # (N + 1,), 0 for id 0
+                score = torch.einsum("nwx,wx->n", F.one_hot(sites.codes, 5).to(dtype), table)  # (N,)
                 for p in _PARTS:
-                    for term in terms[p]:
-                        v = term.values
-                        per_col = torch.sign(v) * score[v.abs().round().long()]
-                        parts[p] = parts[p] + PackedTerm(per_col, term.index, term.scale).dense()
+                    at, index, sign = sites.reads[p]
+                    if len(at):
+                        # (accumulate: sort-based, deterministic on CUDA; an entry is read by few sites)
+                        flat = parts[p].new_zeros(parts[p].numel()).index_put((at,), (sign * score[index]).to(parts[p].dtype),
+                                                                              accumulate=True)
+                        parts[p] = parts[p] + flat.view_as(parts[p])
         valid = (torch.arange(T, device=dev)[None, :] < batch.lengths[:, None])[..., None]
         emission = parts["emission"] + self.offset.to(dtype)
         # the same quantity from every label's score: exact, keeps the sums small
