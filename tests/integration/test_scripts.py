@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,21 @@ def run_script(name, *args, timeout=240):
         [sys.executable, str(ROOT / "scripts" / name), *args],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
     )
+
+
+def run_script_here(name, *args, monkeypatch, capsys):
+    """``python scripts/NAME ARGS`` in this process (``__main__``, ``sys.argv`` and its exit code as
+    the command line has them), for the scripts that change no process-wide state (no logging
+    set-up, no global seed, no thread count): the same code and checks as :func:`run_script`
+    without a fresh interpreter's ~2 s of start and imports. Returns ``(exit code, stdout)``."""
+    path = str(ROOT / "scripts" / name)
+    monkeypatch.setattr(sys, "argv", [path, *args])
+    try:
+        runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, capsys.readouterr().out
 
 
 def test_train_script_flags_and_drift_warning(tmp_path):
@@ -55,22 +71,25 @@ def test_train_script_debug_logging():
     assert "drifting" not in r.stderr
 
 
-def test_gradient_check_cpu_fallback():
-    r = run_script("gradient_check.py", "--T", "12", "--B", "2", "--K", "4", "--C", "3", "--proj")
-    assert r.returncode == 0, r.stdout + r.stderr
-    if "CUDA is not available" in r.stdout:
-        assert "naive" in r.stdout
+def test_gradient_check_cpu_fallback(monkeypatch, capsys):
+    code, out = run_script_here("gradient_check.py", "--T", "12", "--B", "2", "--K", "4", "--C", "3", "--proj",
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, out
+    if "CUDA is not available" in out:
+        assert "naive" in out
     for name in ("partition", "grad_transition", "grad_duration_bias", "grad_cum_scores", "grad_proj_start"):
-        assert name in r.stdout
-    assert "PASS" in r.stdout and "FAIL" not in r.stdout
+        assert name in out
+    assert "PASS" in out and "FAIL" not in out
 
 
-def test_gradient_check_duration_transitions():
-    r = run_script("gradient_check.py", "--T", "10", "--B", "2", "--K", "3", "--C", "2", "--duration-transitions")
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_gradient_check_duration_transitions(monkeypatch, capsys):
+    code, out = run_script_here("gradient_check.py", "--T", "10", "--B", "2", "--K", "3", "--C", "2",
+                                "--duration-transitions", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, out
 
 
-def test_find_determinism():
-    r = run_script("find_determinism.py", "--runs", "3", "--T", "20", "--B", "2", "--K", "4", "--C", "3")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "deterministic" in r.stdout and "NOT deterministic" not in r.stdout
+def test_find_determinism(monkeypatch, capsys):
+    code, out = run_script_here("find_determinism.py", "--runs", "3", "--T", "20", "--B", "2", "--K", "4", "--C", "3",
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, out
+    assert "deterministic" in out and "NOT deterministic" not in out
