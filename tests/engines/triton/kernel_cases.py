@@ -143,3 +143,20 @@ def recording_engine(monkeypatch, chunk: int, module, name: str) -> list:
 
     monkeypatch.setattr(module, name, recording)
     return calls
+
+
+def record_outputs(monkeypatch, module, name: str) -> list:
+    """Wrap ``module.<name>`` (a function as that module calls it, e.g. ``launch.forward_chunked``)
+    so that the output of each call is appended to the list returned: a test reads what a launcher
+    computed internally (the fix-up's :class:`~.parallel.ChunkStats`, every position's state)
+    instead of running the same kernels a second time to get it."""
+    outputs = []
+    real = getattr(module, name)
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        outputs.append(out)
+        return out
+
+    monkeypatch.setattr(module, name, recording)
+    return outputs

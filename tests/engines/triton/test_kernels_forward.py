@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import assert_close, make_inputs
-from kernel_cases import CASES, IDS, adversarial, cpu, inputs, run_forward, validated
+from kernel_cases import CASES, IDS, adversarial, cpu, inputs, record_outputs, run_forward, validated
 from torch_semimarkov.oracle import naive_semi_crf
 from torch_semimarkov.engines.triton import launch, parallel
 
@@ -56,13 +56,17 @@ def test_parallel_forward_is_exact_on_models_that_never_converge(kind, semiring,
     v = validated(inp, semiring)
     p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=True)
     assert p.time_parallel and p.n_chunks == 3 and p.kind == ("dur" if kcc else "reg")
-    saved, frames, _, stats = parallel.forward_chunked(v.cum_scores, v.transition, v.duration_bias, v.lengths,
-                                                       semiring, None, None, p)
+    # the chunked forward's every-position state and fix-up stats as the time-parallel launch
+    # computed them (a second forward_chunked call of the same inputs ran the same kernels again)
+    chunked = record_outputs(monkeypatch, launch, "forward_chunked")
     seq = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, time_parallel=False)
     z_seq, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring, plan=seq,
                                      save_for_backward=False)
+    assert chunked == []
     z_par, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring, plan=p,
                                      save_for_backward=False)
+    assert len(chunked) == 1
+    saved, frames, _, stats = chunked[0]
     assert_close(cpu(z_par), cpu(z_seq), atol=1e-5, rtol=1e-6)
     assert_close(cpu(z_par), naive_semi_crf(**inp, semiring=semiring), atol=1e-5, rtol=1e-6)
     if semiring == "log":
