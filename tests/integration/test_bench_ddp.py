@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -57,11 +58,18 @@ def test_bench_ddp_gloo_two_ranks(tmp_path):
     assert "grads across ranks after all-reduce: max diff 0.000e+00 (identical)" in r.stdout
 
 
-def test_bench_ddp_lightning_cpu(tmp_path):
+def test_bench_ddp_lightning_cpu(tmp_path, monkeypatch, capsys):
+    """The one-device baseline (``Trainer(devices=1)``, no process group) runs in this process
+    through the script's ``main`` (--device cpu: what the subprocess's hidden GPUs gave), the
+    two-device run (Lightning re-launches the script per rank) in a subprocess as before."""
     pytest.importorskip("lightning.pytorch", reason="PyTorch Lightning is not installed")
     one, two = tmp_path / "pl1.json", tmp_path / "pl2.json"
-    r = run_bench("--mode", "lightning", "--world-size", "1", *TINY, "--out", str(one))
-    assert r.returncode == 0, r.stdout + r.stderr
+    # the script sets these two with setdefault on import: set here so that they are restored after
+    for key, default in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")):
+        monkeypatch.setenv(key, os.environ.get(key, default))
+    main = runpy.run_path(str(SCRIPT), run_name="bench_ddp")["main"]
+    assert main(["--mode", "lightning", "--world-size", "1", "--device", "cpu", *TINY, "--out", str(one)]) == 0, \
+        capsys.readouterr().out
     r = run_bench("--mode", "lightning", "--world-size", "2", *TINY, "--baseline", str(one), "--out", str(two))
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(two.read_text())
