@@ -189,7 +189,12 @@ def main(argv=None):
     ap.add_argument("--params", default="weights,offset",
                     help="the parameters learned (of weights, offset, duration_delta, transition_delta, and "
                          "site_bases with a --ghmm-config of signal_bases true); the others stay at the GHMM's values")
-    ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit")
+    ap.add_argument("--then", default="", metavar="PARAMS",
+                    help="after the fit of --params, fit these parameters alone (the others fixed) for --then-iter "
+                         "iterations: e.g. site_bases, whose curvature (~0.5) is thousands of times below the "
+                         "offsets', so that a joint L-BFGS hardly moves them")
+    ap.add_argument("--then-iter", type=int, default=15)
+    ap.add_argument("--budget", type=float, default=75.0, help="seconds of L-BFGS per fit (per stage)")
     ap.add_argument("--model", default=None,
                     help="final: the feature_crf.pt of a final fit of this configuration (e.g. run beside the "
                          "CV folds, before the selection was known) instead of fitting again")
@@ -235,12 +240,19 @@ def main(argv=None):
         args.max_iter, args.max_train_length, args.folds = min(args.max_iter, 2), min(args.max_train_length, 4000), 2
     config = GHMMConfig(**cfg_fields)
     thresholds = parse_thresholds(args.thresholds, ap)
+    groups = {"weights", "offset", "duration_delta", "transition_delta"} | ({"site_bases"} if config.signal_bases else set())
+    for option, text in (("--params", args.params), ("--then", args.then)):
+        unknown = {x for x in text.split(",") if x} - groups
+        if unknown or (option == "--params" and not text):
+            ap.error(f"{option}: no parameters {sorted(unknown)} in this model (it has {sorted(groups)}; site_bases "
+                     "needs a --ghmm-config with signal_bases true)")
     log(f"train_crf: {len(train_recs)} training loci, {len(test_recs)} test loci, K = {config.max_duration}, "
         f"device {device}, stage {args.stage}")
     folds = np.random.default_rng(args.seed).permutation(len(train_recs)) % args.folds
     result_path = os.path.join(args.out, "crf_cv.json")
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
     setup = dict(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params,
+                 **({"then": args.then, "then_iter": args.then_iter} if args.then else {}),
                  max_train_length=args.max_train_length, budget=args.budget, max_iter=args.max_iter,
                  thresholds=thresholds)
     same = all(results.get(k) == v for k, v in setup.items())
@@ -268,18 +280,20 @@ def main(argv=None):
 
     def fit(model_key, train_idx):
         crf = FeatureCRF(models[model_key]).to(device)
-        learned = set(args.params.split(","))
-        unknown = learned - {name.split(".")[0] for name, _ in crf.named_parameters()}
-        if unknown:
-            raise ValueError(f"--params: no parameters {sorted(unknown)} in this model (it has "
-                             f"{sorted({n.split('.')[0] for n, _ in crf.named_parameters()})}; site_bases needs a "
-                             "--ghmm-config with signal_bases true)")
-        for name, p in crf.named_parameters():
-            p.requires_grad_(name.split(".")[0] in learned)  # (site_bases.donor: one of site_bases)
+        def learn(text):
+            learned = set(text.split(","))
+            for name, p in crf.named_parameters():
+                p.requires_grad_(name.split(".")[0] in learned)  # (site_bases.donor: one of site_bases)
+
+        learn(args.params)
         usable = [i for i in train_idx if lengths[i] <= args.max_train_length]
         packed = [pack([feats[i] for i in g], [train_recs[i].genes for i in g], device=device, dtype=dtype,
                        grammar=grammar) for g in batches(usable, lengths, args.max_batch)]
         info = train(crf, packed, args.reg, args.max_iter, args.budget, dtype, log)
+        if args.then:
+            learn(args.then)
+            log(f"    then {args.then} alone:")
+            info["then"] = train(crf, packed, args.reg, args.then_iter, args.budget, dtype, log)
         info.update(train_loci=len(usable), train_bases=int(sum(lengths[i] for i in usable)))
         return crf, info
 

@@ -349,7 +349,7 @@ def test_smoke_train_predict_evaluate(tutorial_paths, tmp_path, monkeypatch, cap
 
 
 @pytest.mark.integration
-def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
+def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path, capsys):
     """train_crf.py on the CPU with intron tails: fold 1 in one run, fold 2 and the final stage in
     a second that takes the first's fold with ``--merge`` (folds run apart, e.g. one per GPU; a run of
     another configuration is refused), then the selected model predicts the
@@ -362,10 +362,11 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp_path / "crf"
     cfg = tmp_path / "tail.json"
-    cfg.write_text(json.dumps({"max_duration": 120, "intron_tail": 120}))
+    cfg.write_text(json.dumps({"max_duration": 120, "intron_tail": 120, "signal_bases": True}))
     base = [sys.executable, os.path.join(EXAMPLE, "train_crf.py"), "--smoke", "--data", root, "--out", str(out),
             "--procs", "1", "--budget", "1", "--max-iter", "1", "--max-train-length", "2000", "--max-batch", "2",
-            "--ghmm-config", str(cfg), "--thresholds", "0.5"]
+            "--ghmm-config", str(cfg), "--thresholds", "0.5", "--params", "weights,offset",
+            "--then", "site_bases", "--then-iter", "1"]
     run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
     # the runs that fit little or nothing in this process (no interpreter start, no torch import)
     main = runpy.run_path(os.path.join(EXAMPLE, "train_crf.py"))["main"]
@@ -387,7 +388,14 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     best = max(v["exon_f1"] for v in res["cv_mean"].values())
     assert res["cv_mean"][res["selected"]]["exon_f1"] == best
     assert res["selected"] in res["test"]  # the selected model and decoder predicted the test loci
-    assert res["config"]["intron_tail"] == 120
+    assert res["config"]["intron_tail"] == 120 and res["config"]["signal_bases"]
+    # the site scores fitted alone after the weights (--then): they moved, and were recorded
+    assert res["test"]["train"]["then"]["evaluations"] >= 1 and res["cv"][0]["train"]["then"]["evaluations"] >= 1
+    assert set(res["test"]["site_bases"]) == {"donor", "acceptor", "start", "stop"}
+    assert max(abs(x) for rows in res["test"]["site_bases"]["donor"] for x in rows) > 0
+    with pytest.raises(SystemExit):  # (the parser's error, before anything is fitted)
+        here("--stage", "final", "--then", "site_base", "--out", str(tmp_path / "bad"))
+    assert "--then: no parameters ['site_base']" in capsys.readouterr().err
     for kind in ("crf", "ghmm"):
         assert 0.0 <= res["test"][kind]["metrics"]["exon_f1"] <= 1.0
     gff = (out / "test_feature_crf.gff3").read_text()
@@ -398,6 +406,7 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path):
     again = json.loads((tmp_path / "again" / "crf_cv.json").read_text())
     assert again["test"]["crf"]["metrics"] == res["test"]["crf"]["metrics"]
     assert again["test"]["weights"] == res["test"]["weights"] and again["test"]["train"]["loaded"]
+    assert again["test"]["site_bases"] == res["test"]["site_bases"]
 
 
 @pytest.mark.integration
