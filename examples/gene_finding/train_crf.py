@@ -88,8 +88,10 @@ def batches(indices: List[int], lengths: List[int], max_batch: int) -> List[List
     return [order[i:i + max_batch] for i in range(0, len(order), max_batch)]
 
 
-def train(crf: FeatureCRF, packed: List, reg: float, max_iter: int, budget_s: float, dtype, log) -> Dict:
-    """L-BFGS on the mean per-locus NLL of the gold labellings + reg * penalty (full batch)."""
+def train(crf: FeatureCRF, packed: List, reg: float, max_iter: int, budget_s: float, dtype, log,
+          margin: float = 0.0) -> Dict:
+    """L-BFGS on the mean per-locus NLL of the gold labellings (with ``margin``, the softmax-margin
+    loss) + reg * penalty (full batch)."""
     loci = float(sum(b.batch for b in packed))
     # max_iter=1 per step() (the time budget is checked between iterations); max_eval bounds the line search
     opt = torch.optim.LBFGS([p for p in crf.parameters() if p.requires_grad], lr=1.0, max_iter=1, max_eval=20, history_size=20, line_search_fn="strong_wolfe",
@@ -101,7 +103,7 @@ def train(crf: FeatureCRF, packed: List, reg: float, max_iter: int, budget_s: fl
         total = 0.0
         dropped = 0
         for b in packed:
-            nll = crf.nll(b, dtype)
+            nll = crf.nll(b, dtype, margin=margin)
             ok = torch.isfinite(nll)
             dropped += int((~ok).sum())
             loss = torch.where(ok, nll, torch.zeros_like(nll)).sum().double() / loci
@@ -189,6 +191,9 @@ def main(argv=None):
     ap.add_argument("--params", default="weights,offset",
                     help="the parameters learned (of weights, offset, duration_delta, transition_delta, and "
                          "site_bases with a --ghmm-config of signal_bases true); the others stay at the GHMM's values")
+    ap.add_argument("--margin", type=float, default=0.0,
+                    help="softmax-margin training: log Z over scores raised by this many nats per wrong exon "
+                         "boundary (FeatureCRF.boundary_cost); 0: the plain NLL")
     ap.add_argument("--then", default="", metavar="PARAMS",
                     help="after the fit of --params, fit these parameters alone (the others fixed) for --then-iter "
                          "iterations: e.g. site_bases, whose curvature (~0.5) is thousands of times below the "
@@ -241,6 +246,8 @@ def main(argv=None):
     config = GHMMConfig(**cfg_fields)
     thresholds = parse_thresholds(args.thresholds, ap)
     groups = {"weights", "offset", "duration_delta", "transition_delta"} | ({"site_bases"} if config.signal_bases else set())
+    if not args.margin >= 0:
+        ap.error(f"--margin must be >= 0, got {args.margin}")
     for option, text in (("--params", args.params), ("--then", args.then)):
         unknown = {x for x in text.split(",") if x} - groups
         if unknown or (option == "--params" and not text):
@@ -253,6 +260,7 @@ def main(argv=None):
     results = json.load(open(result_path)) if os.path.exists(result_path) else {}
     setup = dict(config=config.to_dict(), folds=folds.tolist(), reg=args.reg, params=args.params,
                  **({"then": args.then, "then_iter": args.then_iter} if args.then else {}),
+                 **({"margin": args.margin} if args.margin else {}),
                  max_train_length=args.max_train_length, budget=args.budget, max_iter=args.max_iter,
                  thresholds=thresholds)
     same = all(results.get(k) == v for k, v in setup.items())
@@ -289,11 +297,11 @@ def main(argv=None):
         usable = [i for i in train_idx if lengths[i] <= args.max_train_length]
         packed = [pack([feats[i] for i in g], [train_recs[i].genes for i in g], device=device, dtype=dtype,
                        grammar=grammar) for g in batches(usable, lengths, args.max_batch)]
-        info = train(crf, packed, args.reg, args.max_iter, args.budget, dtype, log)
+        info = train(crf, packed, args.reg, args.max_iter, args.budget, dtype, log, args.margin)
         if args.then:
             learn(args.then)
             log(f"    then {args.then} alone:")
-            info["then"] = train(crf, packed, args.reg, args.then_iter, args.budget, dtype, log)
+            info["then"] = train(crf, packed, args.reg, args.then_iter, args.budget, dtype, log, args.margin)
         info.update(train_loci=len(usable), train_bases=int(sum(lengths[i] for i in usable)))
         return crf, info
 

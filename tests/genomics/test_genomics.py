@@ -366,7 +366,7 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path, 
     base = [sys.executable, os.path.join(EXAMPLE, "train_crf.py"), "--smoke", "--data", root, "--out", str(out),
             "--procs", "1", "--budget", "1", "--max-iter", "1", "--max-train-length", "2000", "--max-batch", "2",
             "--ghmm-config", str(cfg), "--thresholds", "0.5", "--params", "weights,offset",
-            "--then", "site_bases", "--then-iter", "1"]
+            "--then", "site_bases", "--then-iter", "1", "--margin", "0.5"]
     run = lambda *a: subprocess.run([*base, *a], env=env, check=True, capture_output=True, text=True, timeout=300)
     # the runs that fit little or nothing in this process (no interpreter start, no torch import)
     main = runpy.run_path(os.path.join(EXAMPLE, "train_crf.py"))["main"]
@@ -388,7 +388,7 @@ def test_feature_crf_smoke_cv_over_two_runs_then_test(tutorial_paths, tmp_path, 
     best = max(v["exon_f1"] for v in res["cv_mean"].values())
     assert res["cv_mean"][res["selected"]]["exon_f1"] == best
     assert res["selected"] in res["test"]  # the selected model and decoder predicted the test loci
-    assert res["config"]["intron_tail"] == 120 and res["config"]["signal_bases"]
+    assert res["config"]["intron_tail"] == 120 and res["config"]["signal_bases"] and res["margin"] == 0.5
     # the site scores fitted alone after the weights (--then): they moved, and were recorded
     assert res["test"]["train"]["then"]["evaluations"] >= 1 and res["cv"][0]["train"]["then"]["evaluations"] >= 1
     assert set(res["test"]["site_bases"]) == {"donor", "acceptor", "start", "stop"}

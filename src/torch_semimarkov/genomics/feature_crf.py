@@ -353,8 +353,69 @@ class FeatureCRF(nn.Module):
         last[b, batch.lengths - 1] = w_ends * self.log_final.to(dtype)
         return cum, transition, duration, parts["proj_start"] + first, parts["proj_end"] + last
 
+    def boundary_cost(self, batch: PackedBatch, margin: float, dtype: torch.dtype = torch.float32):
+        """The exon-boundary cost of softmax-margin training as ``(proj_start, proj_end, constant)``
+        terms: added to the engine inputs, every segmentation's score grows by
+        ``margin * (FP - TP)`` and ``constant`` (B,) is ``margin * (number of gold boundaries)``, so
+        that score + constant grows by ``margin * (FP + FN)``: the number of coding-run boundaries
+        (exon starts and ends, in genomic order, either strand) it predicts that the gold
+        segmentation does not have, plus those of the gold it misses. The gold's cost is 0.
+
+        A coding segment's start counts as a boundary only where no coding segment precedes it (a
+        long exon is an exon label and continuation pieces); a label that is always followed by a
+        coding segment takes back the next segment's start term at its end (and has no end term),
+        one always preceded by one takes back the previous segment's end term at its start (the
+        grammar's transitions say which), except at the sequence's edges, where they are
+        boundaries.
+        """
+        if batch.segments is None:
+            raise ValueError("the batch has no gold segmentations (pack(..., genes=...))")
+        B, T = batch.batch, batch.T
+        dev = batch.lengths.device
+        gl = torch.zeros(B, T + 1, dtype=dtype)  # a gold coding run starts at t
+        gr = torch.zeros(B, T + 1, dtype=dtype)  # a gold coding run ends at t (its last base)
+        coding = [lab.coding for lab in self.grammar.labels]
+        for b, segs in enumerate(batch.segments):
+            prev_end = None
+            for s, e, c in segs:
+                if coding[c]:
+                    if prev_end != s:
+                        gl[b, s] = 1.0
+                    prev_end = e
+                    gr[b, e - 1] = 1.0
+                    continue
+                prev_end = None
+            # a run that continues into the next coding segment is not ended there
+            for (s, e, c), nxt in zip(segs, segs[1:] + [None]):
+                if coding[c] and nxt is not None and coding[nxt[2]] and nxt[0] == e:
+                    gr[b, e - 1] = 0.0
+        gl, gr = gl.to(dev), gr.to(dev)
+        allowed = self.transition_allowed
+        is_coding = torch.tensor(coding, device=dev)
+        has_next = allowed.any(1)
+        has_prev = allowed.any(0)
+        # labels every successor / predecessor of which is coding
+        then_coding = is_coding & has_next & (~allowed | is_coding[None, :]).all(1)
+        after_coding = is_coding & has_prev & (~allowed | is_coding[:, None]).all(0)
+        start = margin * (1 - 2 * gl[:, :T])  # (B, T): a predicted run start at t
+        end = margin * (1 - 2 * gr[:, :T])
+        next_start = margin * (1 - 2 * gl[:, 1:])  # the start term of a segment beginning at t + 1
+        prev_end = margin * (1 - 2 * torch.cat([gr.new_zeros(B, 1), gr[:, :T - 1]], 1))
+        t = torch.arange(T, device=dev)[None, :]
+        last = t == (batch.lengths[:, None] - 1)
+        first = t == 0
+        ps = torch.where(is_coding, start[..., None], start.new_zeros(()))
+        pe = torch.where(is_coding, end[..., None], end.new_zeros(()))
+        # always followed by coding: take back the next start, no end of its own (but at the last base)
+        pe = torch.where(then_coding & ~last[..., None], -next_start[..., None], pe)
+        ps = torch.where(after_coding & ~first[..., None], -prev_end[..., None], ps)
+        valid = (t < batch.lengths[:, None])[..., None]
+        zero = ps.new_zeros(())
+        constant = margin * (gl.sum(1) + gr.sum(1))
+        return torch.where(valid, ps, zero), torch.where(valid, pe, zero), constant
+
     def nll(self, batch: PackedBatch, dtype: torch.dtype = torch.float32,
-                      backend: str = "auto") -> torch.Tensor:
+                      backend: str = "auto", margin: float = 0.0) -> torch.Tensor:
         """(B,) ``-log P(gold labelling)``: the probability of every segmentation whose labels are
         the gold ones, whatever the cuts inside its runs (an intergenic run longer than K is several
         segments joined by a self move; the geometric intergenic length scores every cut alike, so
@@ -362,12 +423,24 @@ class FeatureCRF(nn.Module):
         the cuts of each run of label c is a one-label semi-CRF over the run (its duration and
         self-move scores, the run's content and boundary terms), run on the engine for all runs of
         one label at once; the moves between runs and a run of a label that cannot follow itself
-        are fixed. ``inf`` for a locus whose gold labelling the model forbids."""
+        are fixed. ``inf`` for a locus whose gold labelling the model forbids.
+
+        ``margin`` > 0: the softmax-margin loss (Gimpel and Smith, 2010) with the exon-boundary cost
+        of :meth:`boundary_cost`: log Z over scores raised by ``margin`` per wrong boundary
+        (predicted or missed), an upper bound of the NLL that weighs the segmentations by how far
+        their exons are from the gold's, closer to exon accuracy than the plain NLL (0: the NLL)."""
         if batch.segments is None:
             raise ValueError("the batch has no gold segmentations (pack(..., genes=...))")
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0, got {margin}")
         cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
-        log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
-                                           backend=backend, validate=False)
+        if margin:
+            cost_s, cost_e, constant = self.boundary_cost(batch, margin, dtype)
+            log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps + cost_s,
+                                               proj_end=pe + cost_e, backend=backend, validate=False) + constant
+        else:
+            log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
+                                               backend=backend, validate=False)
         return log_z - self._labelled_log_partition(batch, cum, tr, db, ps, pe, backend)
 
     def _labelled_log_partition(self, batch, cum, tr, db, ps, pe, backend):
