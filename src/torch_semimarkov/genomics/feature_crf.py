@@ -17,7 +17,9 @@ corrections a generative model cannot fit:
 
 All start at the GHMM (weights 1, corrections and site scores 0), and :meth:`FeatureCRF.penalty` (an L2 pull
 towards it) keeps them near it unless the data say otherwise. The model is log-linear in its
-parameters, so its NLL is convex.
+parameters, so its NLL is convex; so is the softmax-margin loss of :meth:`FeatureCRF.nll`
+``(margin=...)``, whose log Z counts every wrong exon boundary of a segmentation
+(:meth:`FeatureCRF.boundary_cost`).
 
 Decoding: :meth:`FeatureCRF.decode` (Viterbi, the most probable parse) or
 :meth:`FeatureCRF.decode_mea` / :func:`mea_decode` (by posteriors: the parse whose coding
