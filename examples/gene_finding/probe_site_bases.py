@@ -119,9 +119,12 @@ def main(argv=None):
     out["decode_seconds"] = time.perf_counter() - t0
     if j == "all":
         stem = args.out[:-5] if args.out.endswith(".json") else args.out
-        write_gff3(stem + ".gff3", preds["ghmm+site_bases"], sequences={r.name: r.sequence for r in hrecs},
-                   source="torch-semimarkov-ghmm+site_bases",
-                   header=[f"GHMM + site scores (Viterbi) trained on genes.gb.train: python {' '.join(sys.argv)}"])
+        for name in [n for n in names if n.startswith("ghmm+site_bases")]:
+            decoder = name[len("ghmm+site_bases") + 1:] or "viterbi"
+            write_gff3(f"{stem}{'' if decoder == 'viterbi' else '_' + decoder.replace(':', '')}.gff3", preds[name],
+                       sequences={r.name: r.sequence for r in hrecs}, source="torch-semimarkov-ghmm+site_bases",
+                       header=[f"GHMM + site scores ({decoder} decoding) trained on genes.gb.train: "
+                               f"python {' '.join(sys.argv)}"])
     out["metrics"] = {k: evaluate_predictions(hrecs, p) for k, p in preds.items()}
     for k, m in out["metrics"].items():
         print(f"fold {args.fold} {k}: exon F1 {m['exon_f1']:.3f} (sens {m['exon_sens']:.3f}, spec "
