@@ -49,7 +49,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     if args.merge is not None:
         rows = [json.load(open(p)) for p in args.merge]
-        keys = rows[0]["metrics"].keys()
+        keys = [k for k in rows[0]["metrics"] if all(k in r["metrics"] for r in rows)]  # decoders every fold ran
         mean = {k: {m: float(np.mean([r["metrics"][k][m] for r in rows])) for m in ("exon_f1", "gene_f1")}
                 for k in keys}
         for k, v in mean.items():
