@@ -1,6 +1,5 @@
 """Softmax-margin training of the feature CRF (genomics.feature_crf): the exon-boundary cost."""
 
-import numpy as np
 import pytest
 import torch
 
