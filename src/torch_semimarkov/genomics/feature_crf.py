@@ -189,8 +189,7 @@ def _pack_sites(windows: Sequence, T: int, device, dtype) -> PackedSites:
         empty = torch.zeros(0, dtype=torch.long, device=device)
         reads[part] = (torch.cat(at) if at else empty, torch.cat(index) if index else empty,
                        torch.cat(sign) if sign else empty.to(dtype))
-    width = windows[0].codes.shape[1]
-    codes = np.concatenate([np.zeros((0, width), dtype=np.int64)] + [w.codes.astype(np.int64) for w in windows])
+    codes = np.concatenate([w.codes.astype(np.int64) for w in windows])
     return PackedSites(torch.as_tensor(np.minimum(codes, UNKNOWN), dtype=torch.long, device=device), reads)
 
 
@@ -378,19 +377,17 @@ class FeatureCRF(nn.Module):
         gr = torch.zeros(B, T + 1, dtype=dtype)  # a gold coding run ends at t (its last base)
         coding = [lab.coding for lab in self.grammar.labels]
         for b, segs in enumerate(batch.segments):
-            prev_end = None
+            prev_end = None  # the end of the coding segment just before, if any
             for s, e, c in segs:
-                if coding[c]:
-                    if prev_end != s:
-                        gl[b, s] = 1.0
-                    prev_end = e
-                    gr[b, e - 1] = 1.0
+                if not coding[c]:
+                    prev_end = None
                     continue
-                prev_end = None
-            # a run that continues into the next coding segment is not ended there
-            for (s, e, c), nxt in zip(segs, segs[1:] + [None]):
-                if coding[c] and nxt is not None and coding[nxt[2]] and nxt[0] == e:
-                    gr[b, e - 1] = 0.0
+                if prev_end == s:
+                    gr[b, s - 1] = 0.0  # the run goes on: its earlier segment does not end it
+                else:
+                    gl[b, s] = 1.0
+                gr[b, e - 1] = 1.0
+                prev_end = e
         gl, gr = gl.to(dev), gr.to(dev)
         allowed = self.transition_allowed
         is_coding = torch.tensor(coding, device=dev)
@@ -436,13 +433,12 @@ class FeatureCRF(nn.Module):
         if margin < 0:
             raise ValueError(f"margin must be >= 0, got {margin}")
         cum, tr, db, ps, pe = self.engine_inputs(batch, dtype)
+        ps_z, pe_z, constant = ps, pe, 0.0
         if margin:
             cost_s, cost_e, constant = self.boundary_cost(batch, margin, dtype)
-            log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps + cost_s,
-                                               proj_end=pe + cost_e, backend=backend, validate=False) + constant
-        else:
-            log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps, proj_end=pe,
-                                               backend=backend, validate=False)
+            ps_z, pe_z = ps + cost_s, pe + cost_e
+        log_z = semi_crf_streaming_forward(cum, tr, db, batch.lengths, self.K, proj_start=ps_z, proj_end=pe_z,
+                                           backend=backend, validate=False) + constant
         return log_z - self._labelled_log_partition(batch, cum, tr, db, ps, pe, backend)
 
     def _labelled_log_partition(self, batch, cum, tr, db, ps, pe, backend):
