@@ -314,20 +314,19 @@ class GeneGrammar:
         C = self.num_labels
         t = {n: torch.full((C,), -1, dtype=torch.long) for n in ("ps_kind", "pe_kind", "ps_bonus_kind", "pe_bonus_kind")}
         for c, lab in enumerate(self.labels):
-            if lab.strand == "+" and lab.coding:
-                five = SIGNALS.index("start+") if lab.left[0] == "N" else SIGNALS.index("acceptor+")
-                t["ps_kind"][c] = five
-                if lab.kind == "cont":
-                    t["pe_bonus_kind"][c] = five
-                else:
-                    t["pe_kind"][c] = SIGNALS.index("stop+") if lab.right[0] == "N" else SIGNALS.index("donor+")
-            elif lab.strand == "-" and lab.coding:
-                five = SIGNALS.index("start-") if lab.right[0] == "N" else SIGNALS.index("acceptor-")
-                t["pe_kind"][c] = five
-                if lab.kind == "cont":
-                    t["ps_bonus_kind"][c] = five
-                else:
-                    t["ps_kind"][c] = SIGNALS.index("stop-") if lab.left[0] == "N" else SIGNALS.index("donor-")
+            if not lab.coding or lab.strand not in ("+", "-"):
+                continue
+            # read along the gene: on + its 5' end is the segment's start (left), on - its end (right)
+            if lab.strand == "+":
+                five_side, three_side, five_iface, three_iface = "ps", "pe", lab.left, lab.right
+            else:
+                five_side, three_side, five_iface, three_iface = "pe", "ps", lab.right, lab.left
+            five = SIGNALS.index(("start" if five_iface[0] == "N" else "acceptor") + lab.strand)
+            t[f"{five_side}_kind"][c] = five
+            if lab.kind == "cont":
+                t[f"{three_side}_bonus_kind"][c] = five
+            else:
+                t[f"{three_side}_kind"][c] = SIGNALS.index(("stop" if three_iface[0] == "N" else "donor") + lab.strand)
         return t
 
     # ------------------------------------------------------------------ genes <-> segments
