@@ -36,13 +36,9 @@ which :meth:`FeatureCRF.engine_inputs` expands with gathers.
 Example:
     >>> import numpy as np
     >>> from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
-    >>> from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord
+    >>> from torch_semimarkov.genomics.records import toy_record
     >>> rng = np.random.default_rng(0)
-    >>> def locus(i):
-    ...     s = list(rng.choice(list("ACGT"), 400))
-    ...     s[100:103], s[160:162], s[238:240], s[300:303] = "ATG", "GT", "AG", "TAA"
-    ...     return GenomicRecord(f"r{i}", "".join(s), [Gene("g", "+", (Exon(100, 160), Exon(240, 300)))])
-    >>> records = [locus(i) for i in range(4)]
+    >>> records = [toy_record(rng, f"r{i}") for i in range(4)]
     >>> ghmm = GHMM.fit(records, GHMMConfig(order=2, max_duration=120))
     >>> crf = FeatureCRF(ghmm)
     >>> batch = pack([ghmm.features(r) for r in records], [r.genes for r in records])

@@ -32,14 +32,10 @@ of the emissions (the same quantity from every label: exact). Later, a discrimin
 semi-CRF can learn one weight per component.
 
 Example:
-    >>> from torch_semimarkov.genomics.records import Exon, Gene, GenomicRecord
+    >>> from torch_semimarkov.genomics.records import toy_record
     >>> rng = np.random.default_rng(0)
-    >>> def locus(i):
-    ...     s = list(rng.choice(list("ACGT"), 400))
-    ...     s[100:103], s[160:162], s[238:240], s[300:303] = "ATG", "GT", "AG", "TAA"
-    ...     return GenomicRecord(f"r{i}", "".join(s), [Gene("g", "+", (Exon(100, 160), Exon(240, 300)))])
-    >>> model = GHMM.fit([locus(i) for i in range(3)], GHMMConfig(order=2, max_duration=120))
-    >>> inp = assemble(model.features(locus(3)))
+    >>> model = GHMM.fit([toy_record(rng, f"r{i}") for i in range(3)], GHMMConfig(order=2, max_duration=120))
+    >>> inp = assemble(model.features(toy_record(rng, "r3")))
     >>> tuple(inp.cum_scores.shape), tuple(inp.duration_bias.shape), inp.cum_scores.dtype
     ((1, 401, 47), (120, 47), torch.float64)
 """

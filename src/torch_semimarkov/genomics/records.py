@@ -32,6 +32,7 @@ __all__ = [
     "signal_violations",
     "SIGNALS",
     "read_fasta",
+    "toy_record",
 ]
 
 BASES = "ACGT"
@@ -127,6 +128,20 @@ class GenomicRecord:
             for ex in g.exons:
                 mask[ex.start:ex.end] = True
         return mask
+
+
+def toy_record(rng: np.random.Generator, name: str) -> GenomicRecord:
+    """A random 400 bp locus with one + strand gene of two exons, ``[100, 160)`` and ``[240, 300)``,
+    and the consensus of its signals (ATG, GT ... AG, TAA): the examples' training data.
+
+    Example:
+        >>> r = toy_record(np.random.default_rng(0), "r0")
+        >>> len(r), r.sequence[100:103], r.genes[0].cds_length
+        (400, 'ATG', 120)
+    """
+    s = list(rng.choice(list(BASES), 400))
+    s[100:103], s[160:162], s[238:240], s[300:303] = "ATG", "GT", "AG", "TAA"
+    return GenomicRecord(name, "".join(s), [Gene("g", "+", (Exon(100, 160), Exon(240, 300)))])
 
 
 def encode_dna(sequence: str) -> np.ndarray:
