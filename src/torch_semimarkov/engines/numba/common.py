@@ -208,6 +208,38 @@ def ring_insert(logT, linT, H, r, vals):
         linT[c, r + K] = lin
 
 
+@njit(**KERNEL)
+def rebase_low(logT, linT, H, tot):
+    """Re-reference every label whose scaled entries in the last window summed (``tot``) to less than LOW."""
+    for c in range(logT.shape[0]):
+        if tot[c] < LOW:
+            ring_rebase(logT, linT, H, c)
+
+
+# The backward of :mod:`.factored` and :mod:`.direct` keeps a scaled ring (ascending positions) of
+# Y_t = S_t + pe_{t-1} + beta_t, by end t; at an end t >= 1 it also writes the end marginals of t-1.
+
+
+@njit(**KERNEL)
+def start_beta_ring(L, S, pe, has_pe, alpha_L, logZ, p_end, YT, linyT, Hy, vals):
+    """The sequence end (beta_L = 0): Y_L into the ring and p_end[L-1] = exp(alpha_L - log Z)."""
+    C, K2 = YT.shape
+    for c in range(C):
+        vals[c] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
+        p_end[L - 1, c] = math.exp(alpha_L[c] - logZ)
+    ring_insert(YT, linyT, Hy, L % (K2 // 2), vals)
+
+
+@njit(**KERNEL)
+def push_beta(s, S, pe, has_pe, beta, pend, p_end, YT, linyT, Hy, vals):
+    """An end s >= 1 with its beta_s: Y_s into the ring and p_end[s-1] = pend."""
+    C, K2 = YT.shape
+    for c in range(C):
+        p_end[s - 1, c] = pend[c]
+        vals[c] = S[s, c] + (pe[s - 1, c] if has_pe else 0.0) + beta[c]
+    ring_insert(YT, linyT, Hy, s % (K2 // 2), vals)
+
+
 # Hot loops index 1-D row views with plain range variables: an index such as ``r + k`` makes numba
 # emit a negative-index (wraparound) check per access, which stops LLVM from vectorising the loop.
 
@@ -261,6 +293,15 @@ def limit_window(lim, has_lim, which, t, kmax, klim):
     for c in range(C):
         n = t - row[c] if which == 0 else row[c] - t
         klim[c] = max(0, min(kmax, n))
+
+
+@njit(inline="always")
+def start_window(s, L, K, lim, has_lim, klim):
+    """The backward's window of segments starting at s < L: (kmax, r0), its durations and the ring
+    index of Y_{s+1}, with klim filled in (:func:`limit_window`)."""
+    kmax = min(K, L - s)
+    limit_window(lim, has_lim, 1, s, kmax, klim)
+    return kmax, (s + 1) % K
 
 
 @njit(inline="always")

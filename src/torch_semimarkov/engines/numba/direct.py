@@ -31,10 +31,14 @@ from torch_semimarkov.engines.numba.common import (
     lse_finish,
     lse_update,
     prepare_ring,
+    push_beta,
+    rebase_low,
     ring_insert,
     ring_rebase,
     ring_rebase_all,
     seq_row,
+    start_beta_ring,
+    start_window,
 )
 from torch_semimarkov.engines.numba.factored import _max_first, down
 
@@ -213,17 +217,11 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTD, eTDt
                 _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q,
                                 lim, has_lim, klim)
                 _insert_alpha(p + 1, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
-        for s in range(t1 - 1, t0 - 1, -1):
+        if t1 == L + 1:
+            start_beta_ring(L, S, pe, has_pe, A[L - t0], logZ, p_end, YT, linyT, Hy, vals)
+        for s in range(min(t1, L) - 1, t0 - 1, -1):
             j = s - t0
-            if s == L:
-                for c in range(C):
-                    vals[c] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
-                    p_end[L - 1, c] = math.exp(A[j, c] - logZ)
-                ring_insert(YT, linyT, Hy, L % K, vals)
-                continue
-            kmax = min(K, L - s)
-            r0 = (s + 1) % K
-            limit_window(lim, has_lim, 1, s, kmax, klim)
+            kmax, r0 = start_window(s, L, K, lim, has_lim, klim)
             G = NINF
             for c in range(C):
                 gz[c] = ((ps[s, c] if has_ps else 0.0) - S[s, c]) + (Hy[c] + Mc[c])
@@ -295,13 +293,8 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTD, eTDt
                             p_start[s, c] += e
                             Gtr[k, cp, c] += e
             if s >= 1:
-                for c in range(C):
-                    p_end[s - 1, c] = pout[c]
-                    vals[c] = S[s, c] + (pe[s - 1, c] if has_pe else 0.0) + beta[c]
-                ring_insert(YT, linyT, Hy, s % K, vals)
-            for c in range(C):
-                if mx[c] < LOW:
-                    ring_rebase(YT, linyT, Hy, c)
+                push_beta(s, S, pe, has_pe, beta, pout, p_end, YT, linyT, Hy, vals)
+            rebase_low(YT, linyT, Hy, mx)
     if grads:
         for k in range(K):
             for c in range(C):

@@ -42,11 +42,15 @@ from torch_semimarkov.engines.numba.common import (
     lse_finish,
     lse_update,
     prepare_ring,
+    push_beta,
+    rebase_low,
     ring_insert,
     ring_lse,
     ring_rebase,
     ring_rebase_all,
     seq_row,
+    start_beta_ring,
+    start_window,
     window_sums,
     window_sums_limited,
 )
@@ -244,7 +248,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax
     acc, mx, vals = np.empty(C), np.empty(C), np.empty(C)
     klim = np.empty(C, dtype=np.int64)
     v, beta, ev, linb = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
-    w, r, pst = np.empty(C), np.empty(C), np.empty(C)
+    w, r, pst, pend = np.empty(C), np.empty(C), np.empty(C), np.empty(C)
     Atr = np.zeros((C, C))
     Gtr = np.zeros((C, C))
     AdbT = np.zeros((C, K))
@@ -262,18 +266,12 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax
                 if p + 1 < t1:
                     _insert_v(p, S, ps, has_ps, U[j], VT, linT, H, vals)
                     _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim)
-        for s in range(t1 - 1, t0 - 1, -1):
+        if t1 == L + 1:
+            start_beta_ring(L, S, pe, has_pe, A[L - t0], logZ, p_end, YT, linyT, Hy, vals)
+        for s in range(min(t1, L) - 1, t0 - 1, -1):
             j = s - t0
-            if s == L:
-                for c in range(C):
-                    vals[c] = S[L, c] + (pe[L - 1, c] if has_pe else 0.0)
-                    p_end[L - 1, c] = math.exp(A[j, c] - logZ)
-                ring_insert(YT, linyT, Hy, L % K, vals)
-                continue
             # v_s(c) = ps_s - S_s + lse_k (D[k-1, c] + Y_{s+k}(c))
-            kmax = min(K, L - s)
-            r0 = (s + 1) % K
-            limit_window(lim, has_lim, 1, s, kmax, klim)
+            kmax, r0 = start_window(s, L, K, lim, has_lim, klim)
             if has_lim:
                 window_sums_limited(linyT, r0, kmax, klim, eDT, acc, mx)
             else:
@@ -335,12 +333,9 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax
                             m, sm = lse_update(m, sm, Tr[cp, c] + v[c])
                         beta[cp] = lse_finish(m, sm)
                 for c in range(C):
-                    p_end[s - 1, c] = fexp((A[j, c] + beta[c]) - logZ)
-                    vals[c] = S[s, c] + (pe[s - 1, c] if has_pe else 0.0) + beta[c]
-                ring_insert(YT, linyT, Hy, s % K, vals)
-            for c in range(C):
-                if mx[c] < LOW:
-                    ring_rebase(YT, linyT, Hy, c)
+                    pend[c] = fexp((A[j, c] + beta[c]) - logZ)
+                push_beta(s, S, pe, has_pe, beta, pend, p_end, YT, linyT, Hy, vals)
+            rebase_low(YT, linyT, Hy, mx)
     if grads:
         for cp in range(C):
             for c in range(C):
