@@ -92,6 +92,46 @@ def _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq):
         Ea[t, c] = (Sq[t, c] + (peq[t - 1, c] if has_peq else 0.0)) + e / sm
 
 
+@njit(inline="always")
+def _w_entry(u, eu, s, c, S, ps, has_ps, Sq, psq, has_psq):
+    """(W, EW) of start s and label c from (u, EU): W = u + ps_s(c) - S_s(c), EW = EU + psq_s(c) -
+    Sq_s(c) (0 where W is -inf)."""
+    w = u + ((ps[s, c] if has_ps else 0.0) - S[s, c])
+    return w, (eu + ((psq[s, c] if has_psq else 0.0) - Sq[s, c]) if w != NINF else 0.0)
+
+
+@njit(**KERNEL)
+def _forward_arrays(L, D, Dq):
+    """What both forwards start from: DT, DqT (C, K) (p's and q's duration tables, transposed), the
+    messages A, Ea (L+1, C) with alpha_0 = Ea_0 = 0, and the window limits klim, klimq (C,) of p and q."""
+    K, C = D.shape
+    A = np.empty((L + 1, C))
+    Ea = np.empty((L + 1, C))
+    for c in range(C):
+        A[0, c] = 0.0
+        Ea[0, c] = 0.0
+    klim = np.empty(C, dtype=np.int64)
+    klimq = np.empty(C, dtype=np.int64)
+    return np.ascontiguousarray(D.T), np.ascontiguousarray(Dq.T), A, Ea, klim, klimq
+
+
+@njit(**KERNEL)
+def _alpha_window(t, WR, EWR, base, DT, DqT, lim, has_lim, limq, has_limq, klim, klimq, y, A, Ea, S, pe, has_pe, Sq,
+                  peq, has_peq):
+    """alpha_t and Ea_t (t >= 1) from the window of W and EW by end t: label c's duration k-1 at
+    WR[c, base + k - 1] (EWR likewise), k up to p's limit; a duration beyond q's limit that p
+    weighs makes Ea_t(c) -inf."""
+    C, K = DT.shape
+    limit_window(lim, has_lim, 0, t, min(K, t), klim)
+    limit_window(limq, has_limq, 0, t, min(K, t), klimq)
+    for c in range(C):
+        n = klim[c]
+        m, sm, e = _window(WR[c, base:base + n], DT[c, :n], EWR[c, base:base + n], DqT[c, :n], n, y)
+        if has_limq and _weighs_beyond(y, klimq[c], n, m):
+            e = NINF
+        _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq)
+
+
 @njit(**KERNEL)
 def _log_z_and_expectation(a, ea):
     """(log Z, E) from the final alpha_L and Ea_L ((-inf, 0) where every alpha_L is -inf)."""
@@ -122,15 +162,20 @@ def _end_marginal(t, c, beta, Eb, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z,
 
 
 @njit(**KERNEL)
-def _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end):
-    """The backward's XT and EXT (C, L+1) (X_t and EX_t by end t) with column L, the sequence end
-    (beta_L = Eb_L = 0), filled in, and the end marginals of position L-1."""
+def _forward_end(L, A, Ea, grads, S, pe, has_pe, Sq, peq, has_peq, p_end, q_end):
+    """``(log Z, E, XT, EXT, backward)`` after a forward: log Z and E from alpha_L and Ea_L, and
+    whether the backward runs (``grads``, log Z > -inf and E finite). If it does, XT and EXT
+    (C, L+1) (X_t and EX_t by end t) come with column L, the sequence end (beta_L = Eb_L = 0),
+    filled in, and the end marginals of position L-1 are written; else they are empty."""
+    log_z, E = _log_z_and_expectation(A[L], Ea[L])
+    if not grads or log_z == NINF or not math.isfinite(E):
+        return log_z, E, np.empty((0, 0)), np.empty((0, 0)), False
     C = A.shape[1]
     XT = np.empty((C, L + 1))
     EXT = np.zeros((C, L + 1))
     for c in range(C):
         _end_marginal(L, c, 0.0, 0.0, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, XT, EXT, p_end, q_end)
-    return XT, EXT
+    return log_z, E, XT, EXT, True
 
 
 @njit(**KERNEL)
@@ -143,20 +188,12 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
     are the phantom scores lse_{c'} Tr[c', c] of p and q; ``limq`` q's segment limits (a segment
     that p weighs and q forbids makes E -inf)."""
     K, C = D.shape
-    DT = np.ascontiguousarray(D.T)
-    DqT = np.ascontiguousarray(Dq.T)
-    A = np.empty((L + 1, C))
-    Ea = np.empty((L + 1, C))
+    DT, DqT, A, Ea, klim, klimq = _forward_arrays(L, D, Dq)
     U = np.empty((L, C))
     EU = np.empty((L, C))
     WR = np.empty((C, L))  # W_s at index L-1-s, so a window of ends t is one ascending slice
     EWR = np.zeros((C, L))
     y = np.empty(max(K, C))
-    klim = np.empty(C, dtype=np.int64)
-    klimq = np.empty(C, dtype=np.int64)
-    for c in range(C):
-        A[0, c] = 0.0
-        Ea[0, c] = 0.0
     for s in range(L):
         for c in range(C):
             if s == 0:
@@ -175,24 +212,13 @@ def _entropy_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, D, ph,
                         ew += w * (Ea[s, cp] + Trq[cp, c]) if w > 0.0 else 0.0
                 U[s, c] = m + math.log(sw) if m != NINF else NINF
                 EU[s, c] = ew / sw if sw > 0.0 else 0.0
-            w_s = U[s, c] + ((ps[s, c] if has_ps else 0.0) - S[s, c])
-            WR[c, L - 1 - s] = w_s
-            EWR[c, L - 1 - s] = EU[s, c] + ((psq[s, c] if has_psq else 0.0) - Sq[s, c]) if w_s != NINF else 0.0
-        t = s + 1
-        limit_window(lim, has_lim, 0, t, min(K, t), klim)
-        limit_window(limq, has_limq, 0, t, min(K, t), klimq)
-        base = L - 1 - s
-        for c in range(C):
-            n = klim[c]
-            m, sm, e = _window(WR[c, base:base + n], DT[c, :n], EWR[c, base:base + n], DqT[c, :n], n, y)
-            if has_limq and _weighs_beyond(y, klimq[c], n, m):
-                e = NINF
-            _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq)
-    log_z, E = _log_z_and_expectation(A[L], Ea[L])
-    if not grads or log_z == NINF or not math.isfinite(E):
+            WR[c, L - 1 - s], EWR[c, L - 1 - s] = _w_entry(U[s, c], EU[s, c], s, c, S, ps, has_ps, Sq, psq, has_psq)
+        _alpha_window(s + 1, WR, EWR, L - 1 - s, DT, DqT, lim, has_lim, limq, has_limq, klim, klimq, y, A, Ea, S, pe,
+                      has_pe, Sq, peq, has_peq)
+    log_z, E, XT, EXT, backward = _forward_end(L, A, Ea, grads, S, pe, has_pe, Sq, peq, has_peq, p_end, q_end)
+    if not backward:
         return log_z, E
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t and EX_t = Sq_t + peq_{t-1} + Eb_t, ascending
-    XT, EXT = _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end)
     v = np.empty(C)
     EV = np.empty(C)
     AdbT = np.zeros((C, K))
@@ -372,10 +398,7 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
     transition share is the host's)."""
     K, C = D.shape
     KC = K * C
-    DT = np.ascontiguousarray(D.T)
-    DqT = np.ascontiguousarray(Dq.T)
-    A = np.empty((L + 1, C))
-    Ea = np.empty((L + 1, C))
+    DT, DqT, A, Ea, klim, klimq = _forward_arrays(L, D, Dq)
     WR = np.full((K, C, K), NINF)  # [t % K, c, k-1] = W^k_{t-k}(c)
     EWR = np.zeros((K, C, K))
     U = np.empty(KC)
@@ -385,11 +408,6 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
     acc = np.empty(KC)
     num = np.empty(KC)
     y = np.empty(K)
-    klim = np.empty(C, dtype=np.int64)
-    klimq = np.empty(C, dtype=np.int64)
-    for c in range(C):
-        A[0, c] = 0.0
-        Ea[0, c] = 0.0
     for s in range(L):
         if s == 0:
             for i in range(KC):
@@ -418,26 +436,16 @@ def _entropy_seq_direct(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTrC, tm
         for k in range(K):
             j = (s + 1 + k) % K
             for c in range(C):
-                w_s = U[k * C + c] + ((ps[s, c] if has_ps else 0.0) - S[s, c])
-                WR[j, c, k] = w_s
-                EWR[j, c, k] = EU[k * C + c] + ((psq[s, c] if has_psq else 0.0) - Sq[s, c]) if w_s != NINF else 0.0
-        t = s + 1
-        limit_window(lim, has_lim, 0, t, min(K, t), klim)
-        limit_window(limq, has_limq, 0, t, min(K, t), klimq)
-        j = t % K
-        for c in range(C):
-            n = klim[c]
-            m, sm, e = _window(WR[j, c, :n], DT[c, :n], EWR[j, c, :n], DqT[c, :n], n, y)
-            if has_limq and _weighs_beyond(y, klimq[c], n, m):
-                e = NINF
-            _set_alpha(A, Ea, t, c, m, sm, e, S, pe, has_pe, Sq, peq, has_peq)
-    log_z, E = _log_z_and_expectation(A[L], Ea[L])
-    if not grads or log_z == NINF or not math.isfinite(E):
+                WR[j, c, k], EWR[j, c, k] = _w_entry(U[k * C + c], EU[k * C + c], s, c, S, ps, has_ps, Sq, psq, has_psq)
+        j = (s + 1) % K
+        _alpha_window(s + 1, WR[j], EWR[j], 0, DT, DqT, lim, has_lim, limq, has_limq, klim, klimq, y, A, Ea, S, pe,
+                      has_pe, Sq, peq, has_peq)
+    log_z, E, XT, EXT, backward = _forward_end(L, A, Ea, grads, S, pe, has_pe, Sq, peq, has_peq, p_end, q_end)
+    if not backward:
         return log_z, E
     # ---- backward: X_t = S_t + pe_{t-1} + beta_t, EX_t likewise; per start s the segment values
     # V^k(c) = ps_s - S_s + D[k-1, c] + X_{s+k}(c) (flat index k·C + c), then per source row c'
     # beta_s(c') and every edge (s, k, c', c) with mu = exp(A_s(c') + Tr + V - log Z)
-    XT, EXT = _suffix_start(L, A, Ea, S, pe, has_pe, Sq, peq, has_peq, log_z, E, p_end, q_end)
     V = np.empty(KC)
     EV = np.empty(KC)
     ev = np.empty(KC)
