@@ -24,6 +24,17 @@ the engine's marginals, an upper bound of the exon's posterior probability.
 boundary posteriors most exceed KAPPA; 5-fold CV on genes.gb.train chose 0.6 (``mea_cv.py``), which
 keeps fewer, surer exons than Viterbi.
 
+``--feature-crf MODEL.pt --ghmm TRAIN.gb`` predicts with a trained feature semi-CRF
+(:class:`torch_semimarkov.genomics.feature_crf.FeatureCRF`, written by ``train_crf.py`` as
+``feature_crf.pt``): the GHMM is refitted on TRAIN.gb with the configuration saved in MODEL.pt (the
+chain and length options above are then not used), the model's learned weights and site scores are
+loaded over it, and each sequence is decoded by Viterbi, or by posteriors with ``--mea`` (the gene
+finder's selected model: ``results/feature_crf_site_scores.pt`` with ``--mea 0.6``):
+
+    python examples/gene_finding/predict.py --ghmm genes.gb.train \
+        --feature-crf examples/gene_finding/results/feature_crf_site_scores.pt --mea 0.6 \
+        --input contigs.fa --out pred.gff3
+
 ``--alternatives N`` adds up to N alternative transcripts per sequence (GHMM and semi-CRF
 checkpoints), from the engine's exact samples of P(segmentation | sequence) (default,
 ``--samples`` draws; a transcript's probability is the fraction of samples that hold it, an
@@ -185,6 +196,32 @@ def predict_ghmm(args, records, log):
     return pred, scores, alts, f"GHMM {cfg.to_dict()} fitted on {args.ghmm}, {how}"
 
 
+def predict_feature_crf(args, records, device, log):
+    """Predictions and exon scores of a saved feature semi-CRF (``--feature-crf``) over the GHMM
+    refitted on ``--ghmm`` with the saved configuration, one sequence at a time."""
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+    from torch_semimarkov.genomics.ghmm import GHMM
+
+    t = time.perf_counter()
+    cfg = FeatureCRF.saved_config(args.feature_crf)
+    ghmm = GHMM.fit(load_genbank(args.ghmm), cfg)
+    model = FeatureCRF.load(args.feature_crf, ghmm).to(device)
+    log(f"feature CRF {args.feature_crf}: GHMM fitted on {args.ghmm} in {time.perf_counter() - t:.1f}s")
+    dtype = torch.float32 if device.type == "cuda" else torch.float64
+    pred, scores = {}, {}
+    for rec in records:
+        batch = pack([ghmm.features(rec)], device=device, dtype=dtype)
+        m = model.marginals(batch, dtype)
+        segs = model.decode(batch, dtype) if args.mea is None else \
+            model.decode_mea(batch, [args.mea], dtype, marginals=m)[args.mea]
+        genes = model.grammar.decode(segs[0])
+        bounds = model.exon_posteriors(batch, segs, dtype, marginals=m)[0]
+        pred[rec.name] = genes
+        scores[rec.name] = [[bounds.get((e.start, e.end)) for e in g.exons] for g in genes]
+    how = "Viterbi" if args.mea is None else f"posterior (MEA) decoding, threshold {args.mea:g}"
+    return pred, scores, f"feature CRF {args.feature_crf} over a GHMM {cfg.to_dict()} fitted on {args.ghmm}, {how}"
+
+
 def semicrf_alternatives(args, model, records, pred, device):
     """Alternatives of a semi-CRF checkpoint's predictions (one sequence at a time)."""
     from torch_semimarkov.genomics.records import encode_dna
@@ -222,6 +259,8 @@ def main(argv=None):
     which.add_argument("--checkpoint", help="a <model>.pt written by train.py")
     which.add_argument("--ghmm", metavar="TRAIN_GB", help="fit the generalised HMM on these annotated GenBank loci "
                                                          "(e.g. genes.gb.train) and predict with it")
+    p.add_argument("--feature-crf", metavar="MODEL_PT", help="with --ghmm: a feature semi-CRF saved by train_crf.py "
+                   "(feature_crf.pt), over the GHMM refitted with its saved configuration")
     p.add_argument("--input", required=True, help="GenBank (.gb) or FASTA file, optionally .gz")
     p.add_argument("--out", required=True, help="GFF3 output")
     p.add_argument("--device", default="auto")
@@ -247,10 +286,14 @@ def main(argv=None):
         p.error("--alternatives must be >= 0 and --samples >= 1")
     if args.mea is not None and args.ghmm is None:
         p.error("--mea decodes the generalised HMM by its posteriors: use it with --ghmm")
+    if args.feature_crf is not None and args.ghmm is None:
+        p.error("--feature-crf needs --ghmm TRAIN_GB (the loci its GHMM is refitted on)")
+    if args.feature_crf is not None and args.alternatives > 0:
+        p.error("--alternatives is not available with --feature-crf (use --ghmm alone or a --checkpoint)")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else "cpu" if args.device == "auto" else args.device)
     if device.type == "cpu":
         torch.set_num_threads(1)
-    for flag, path in (("--checkpoint", args.checkpoint), ("--ghmm", args.ghmm)):
+    for flag, path in (("--checkpoint", args.checkpoint), ("--ghmm", args.ghmm), ("--feature-crf", args.feature_crf)):
         if path is not None and not os.path.exists(path):
             p.error(f"{flag} {path}: no such file")
     try:
@@ -264,7 +307,9 @@ def main(argv=None):
     cmd = " ".join(shlex.quote(a) for a in sys.argv)
     pred, scores, alts = {}, None, None
     what = f"model from {args.checkpoint}" if args.checkpoint else f"GHMM fitted on {args.ghmm}"
-    if records and args.ghmm:
+    if records and args.feature_crf:
+        pred, scores, what = predict_feature_crf(args, records, device, print)
+    elif records and args.ghmm:
         pred, scores, alts, what = predict_ghmm(args, records, print)
     elif records:
         model = load_checkpoint(args.checkpoint).to(device)

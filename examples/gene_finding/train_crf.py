@@ -359,17 +359,15 @@ def main(argv=None):
         out = {}
         for kind in ("crf", "ghmm"):
             if kind == "crf" and args.model:
-                saved = torch.load(args.model, map_location=device)
-                if saved["config"] != config.to_dict():
-                    raise ValueError(f"--model {args.model}: fitted with another GHMM configuration")
-                model = FeatureCRF(models["all"]).to(device)
-                model.load_state_dict(saved["state"])
+                try:
+                    model = FeatureCRF.load(args.model, models["all"]).to(device)
+                except ValueError as err:
+                    raise ValueError(f"--model {args.model}: fitted with another GHMM configuration") from err
                 out["train"] = dict(results.get("test", {}).get("train", {}), loaded=args.model)
             elif kind == "crf":
                 model, info = fit("all", list(range(len(train_recs))))
                 out["train"] = info
-                torch.save({"state": model.state_dict(), "config": config.to_dict()},
-                           os.path.join(args.out, "feature_crf.pt"))
+                model.save(os.path.join(args.out, "feature_crf.pt"))
             else:
                 model = FeatureCRF(models["all"]).to(device)
             if kind == "crf":

@@ -303,3 +303,50 @@ def test_ghmm_posterior_decoding_threshold(predict, tiny_data, tmp_path):
     with pytest.raises(SystemExit):
         predict.main(["--checkpoint", train, "--input", test, "--out", str(tmp_path / "x.gff3"), "--mea", "0.6"])
     _gt_ok(outs["0.6"])
+
+
+# ------------------------------------------------------------------------------ predict.py --feature-crf
+
+
+def test_predict_with_saved_feature_crf(predict, tiny_data, tmp_path):
+    """``--feature-crf MODEL.pt --ghmm TRAIN``: a FeatureCRF saved at the GHMM (weights 1, nothing
+    learned) predicts exactly the GHMM's genes (Viterbi and by posteriors) with the GHMM's exon scores;
+    a saved model whose site scores favour other sites predicts other genes
+    (the saved state is used); a file of another configuration is refused, naming it."""
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF
+    from torch_semimarkov.genomics.genbank import load_genbank
+    from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
+
+    train, test, _ = tiny_data
+    # predict.py --ghmm's GHMM (smoothing 2, E = K), plus the site windows
+    cfg = GHMMConfig(order=2, smoothing=2.0, max_duration=200, intron_tail=200, signal_bases=True)
+    ghmm = GHMM.fit(load_genbank(train), cfg)
+    at_ghmm = tmp_path / "at_ghmm.pt"
+    FeatureCRF(ghmm).save(str(at_ghmm))
+    assert FeatureCRF.saved_config(str(at_ghmm)) == cfg
+    common = ["--ghmm", train, "--input", test, "--max-duration", "200", "--order", "2"]
+    for extra in ([], ["--mea", "0.6"]):
+        ref, got = tmp_path / "ref.gff3", tmp_path / "got.gff3"
+        assert predict.main(common + ["--out", str(ref)] + extra) == 0
+        assert predict.main(common + ["--out", str(got), "--feature-crf", str(at_ghmm)] + extra) == 0
+        genes = lambda p: {k: [(g.strand, g.exons) for g in v] for k, v in read_cds(str(p)).items()}  # noqa: E731
+        assert genes(got) == genes(ref) and sum(map(len, genes(ref).values())) > 0
+        scores = lambda p: [float(f["score"]) for f in parse(p.read_text())[0] if f["type"] == "exon"]  # noqa: E731
+        assert scores(got) == pytest.approx(scores(ref), abs=2e-6)  # (GFF3 writes 6 decimals)
+    # site scores that penalise the consensus dinucleotide of every donor: no GT donor survives
+    crf = FeatureCRF(ghmm)
+    with torch.no_grad():
+        crf.site_bases["donor"].fill_(-50.0)
+    changed = tmp_path / "changed.pt"
+    crf.save(str(changed))
+    out = tmp_path / "changed.gff3"
+    assert predict.main(common + ["--out", str(out), "--feature-crf", str(changed)]) == 0
+    ref_genes = read_cds(str(tmp_path / "ref.gff3"))
+    got_genes = read_cds(str(out))
+    introns = lambda d: sum(len(g.exons) - 1 for v in d.values() for g in v)  # noqa: E731
+    assert introns(ref_genes) > 0 and introns(got_genes) < introns(ref_genes)
+    other = GHMM.fit(load_genbank(train), GHMMConfig(order=2, smoothing=2.0, max_duration=200, intron_tail=200))
+    with pytest.raises(ValueError, match="at_ghmm.pt"):
+        FeatureCRF.load(str(at_ghmm), other)
+    with pytest.raises(SystemExit):
+        predict.main(["--input", test, "--out", str(out), "--checkpoint", str(at_ghmm), "--feature-crf", str(at_ghmm)])

@@ -24,7 +24,8 @@ parameters, so its NLL is convex; so is the softmax-margin loss of :meth:`Featur
 Decoding: :meth:`FeatureCRF.decode` (Viterbi, the most probable parse) or
 :meth:`FeatureCRF.decode_mea` / :func:`mea_decode` (by posteriors: the parse whose coding
 segments' boundary posteriors most exceed a threshold, which trades exon sensitivity for
-specificity; the gene finder chooses the threshold by cross-validation).
+specificity; the gene finder chooses the threshold by cross-validation). :meth:`FeatureCRF.save`
+writes a trained model; :meth:`FeatureCRF.load` reads it over a GHMM refitted with its configuration.
 
 The sequence-dependent components of each locus come from a fitted GHMM's
 :meth:`~.ghmm.GHMM.features` (a locus's features may come from sensors fitted without it: honest
@@ -63,7 +64,7 @@ from torch_semimarkov.scores import cumulative_scores
 from torch_semimarkov.api.marginals import semi_crf_streaming_marginals
 from torch_semimarkov.api.partition import semi_crf_streaming_forward
 from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
-from torch_semimarkov.genomics.ghmm import GHMM, GHMMFeatures
+from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig, GHMMFeatures
 from torch_semimarkov.genomics.records import UNKNOWN, Gene
 from torch_semimarkov.genomics.sensors import SIGNAL_NAMES
 
@@ -231,6 +232,7 @@ class FeatureCRF(nn.Module):
     def __init__(self, ghmm: GHMM, num_basis: int = 8):
         super().__init__()
         self.grammar = ghmm.grammar
+        self.config = ghmm.config  # the GHMM's configuration (what :meth:`save` records)
         K, C = ghmm.K, ghmm.grammar.num_labels
         self.K, self.C = K, C
         self.components = list(ghmm.components)
@@ -247,6 +249,43 @@ class FeatureCRF(nn.Module):
         width = float(centres[1] - centres[0]) if num_basis > 1 else 1.0
         self.register_buffer("basis", torch.exp(-0.5 * ((logk[:, None] - centres[None, :]) / width) ** 2))
         self.load_static(ghmm)
+
+    def save(self, path: str) -> None:
+        """Write the learned parameters and the GHMM's configuration (``torch.save`` of ``{"state",
+        "config"}``, ~100 kB). The GHMM itself is not written: it is refitted from the training
+        records in seconds (:meth:`load`)."""
+        torch.save({"state": self.state_dict(), "config": self.config.to_dict()}, path)
+
+    @staticmethod
+    def saved_config(path: str) -> GHMMConfig:
+        """The GHMM configuration a file of :meth:`save` was trained with (fit the GHMM with it)."""
+        return GHMMConfig(**torch.load(path, map_location="cpu")["config"])
+
+    @classmethod
+    def load(cls, path: str, ghmm: GHMM) -> "FeatureCRF":
+        """The model of a :meth:`save` file over ``ghmm``, fitted with :meth:`saved_config` (the
+        configuration is checked; the error names the file).
+
+        Example::
+
+            >>> import tempfile, os, numpy as np
+            >>> from torch_semimarkov.genomics.records import toy_record
+            >>> rng = np.random.default_rng(0)
+            >>> train = [toy_record(rng, f"locus{i}") for i in range(6)]
+            >>> ghmm = GHMM.fit(train, GHMMConfig(order=2, max_duration=200))
+            >>> path = os.path.join(tempfile.mkdtemp(), "crf.pt")
+            >>> FeatureCRF(ghmm).save(path)
+            >>> again = FeatureCRF.load(path, GHMM.fit(train, FeatureCRF.saved_config(path)))
+            >>> float(again.weights.sum()) == len(again.components)
+            True
+        """
+        saved = torch.load(path, map_location="cpu")
+        if saved["config"] != ghmm.config.to_dict():
+            raise ValueError(f"{path}: saved with GHMM configuration {saved['config']}, "
+                             f"not the given GHMM's {ghmm.config.to_dict()}")
+        model = cls(ghmm)
+        model.load_state_dict(saved["state"])
+        return model
 
     def load_static(self, ghmm: GHMM) -> None:
         """Take the sequence-independent components and constraints of ``ghmm`` (same K, grammar)."""
