@@ -15,6 +15,14 @@ shorter than 8 kb (ties: the shorter). That is a medium-size multi-exon gene, sh
 exon structure to be readable at the figure's width: chr2R_4710987-4715522 (4536 bp, one gene, 10
 exons).
 
+``--feature-crf MODEL.pt`` draws a trained feature semi-CRF instead of the GHMM (``train_crf.py``'s
+``feature_crf.pt``; the gene finder's selected model is ``results/feature_crf_site_scores.pt``), over
+the GHMM refitted with the configuration saved in it (K = 960 with intron tails); ``--mea KAPPA`` draws
+its parse decoded by posteriors (the selection: 0.6) instead of its Viterbi parse:
+
+    python examples/gene_finding/plot_locus.py --feature-crf examples/gene_finding/results/feature_crf_site_scores.pt \
+        --mea 0.6 --out examples/gene_finding/results/test_locus_selected.png
+
 ``--rule least-certain`` picks instead the locus (shorter than 8 kb) whose Viterbi parse the GHMM
 itself finds least probable, ``exp(score - log Z)``: where the posteriors have something to show.
 It reads no annotation, so it does not pick the GHMM's errors on purpose (written to
@@ -49,7 +57,8 @@ import numpy as np
 import torch
 
 from torch_semimarkov.genomics.genbank import load_genbank, tutorial_data
-from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
+from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+from torch_semimarkov.genomics.ghmm import GHMM, EngineInputs, GHMMConfig
 from torch_semimarkov.genomics.gff import read_cds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +93,25 @@ def least_certain_locus(model, records, max_length: int):
     return next(r for r in records if r.name == name), probs
 
 
+def crf_inputs(crf: FeatureCRF, ghmm: GHMM, rec) -> EngineInputs:
+    """A feature CRF's engine inputs of one locus (float64, CPU), from the GHMM's features of it."""
+    batch = pack([ghmm.features(rec)], dtype=torch.float64)
+    with torch.no_grad():
+        cum, tr, db, ps, pe = crf.engine_inputs(batch, torch.float64)
+    return EngineInputs(cum, tr, db, ps, pe, batch.lengths, crf.K)
+
+
+def crf_viterbi(inp: EngineInputs):
+    """``([(start, end, label)], score)`` of the best segmentation of engine inputs (B = 1)."""
+    from torch_semimarkov import numba_available, semi_crf_streaming_viterbi
+
+    out = semi_crf_streaming_viterbi(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K,
+                                     proj_start=inp.proj_start, proj_end=inp.proj_end,
+                                     backend="numba" if numba_available() else "torch")
+    segs = [(int(s), int(e), int(c)) for s, e, c in zip(out.segment_starts, out.segment_ends, out.segment_labels)]
+    return segs, float(out.scores[0])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=os.path.join(HERE, "data"))
@@ -100,7 +128,15 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--augustus", default=os.path.join(HERE, "augustus", "augustus_bug.gtf.gz"))
     p.add_argument("--out", default=os.path.join(HERE, "results", "test_locus_ghmm.png"))
+    p.add_argument("--feature-crf", metavar="MODEL_PT", help="draw this trained feature CRF (train_crf.py's "
+                   "feature_crf.pt) over the GHMM refitted with its saved configuration, instead of the GHMM")
+    p.add_argument("--mea", type=float, default=None, metavar="KAPPA",
+                   help="with --feature-crf: draw its parse decoded by posteriors at this threshold, not Viterbi")
     args = p.parse_args(argv)
+    if args.mea is not None and args.feature_crf is None:
+        p.error("--mea draws a feature CRF's posterior decoding: use it with --feature-crf")
+    if args.feature_crf is not None and args.rule == "least-certain" and not args.locus:
+        p.error("--rule least-certain ranks the loci by the GHMM; with --feature-crf give --locus or the default rule")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,7 +154,10 @@ def main(argv=None):
     times = {}
     t = time.perf_counter()
     cfg = GHMMConfig(order=args.order, smoothing=args.smoothing, max_duration=args.max_duration)
+    if args.feature_crf:
+        cfg = FeatureCRF.saved_config(args.feature_crf)
     model = GHMM.fit(load_genbank(paths["train"]), cfg)
+    crf = FeatureCRF.load(args.feature_crf, model) if args.feature_crf else None
     times["fit"] = time.perf_counter() - t
     candidates = None
     if args.locus:
@@ -131,13 +170,25 @@ def main(argv=None):
         rec = choose_locus(test, args.max_length)
     g = model.grammar
     t = time.perf_counter()
-    segs, vscore = model.decode_segments(rec)
+    if crf is None:
+        segs, vscore = model.decode_segments(rec)
+        inp = post.ghmm_inputs(model, rec)
+    else:
+        inp = crf_inputs(crf, model, rec)
+        segs, vscore = crf_viterbi(inp)
     times["viterbi"] = time.perf_counter() - t
-    viterbi = g.decode(segs)
-    inp = post.ghmm_inputs(model, rec)
     t = time.perf_counter()
     m = post.marginals(inp)
     times["marginals"] = time.perf_counter() - t
+    decoder = "Viterbi"
+    if args.mea is not None:
+        from torch_semimarkov.genomics.feature_crf import mea_decode
+
+        coding = [lab.coding for lab in g.labels]
+        segs = mea_decode(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K, coding, [args.mea],
+                          proj_start=inp.proj_start, proj_end=inp.proj_end, marginals=m)[args.mea][0]
+        decoder = f"posteriors {args.mea:g}"
+    viterbi = g.decode(segs)
     kinds = post.kind_posteriors(m.position[0], g)
     bounds = post.exon_bounds(m, segs, g)
     t = time.perf_counter()
@@ -151,7 +202,8 @@ def main(argv=None):
     gold = {(x.strand, e.start, e.end) for x in rec.genes for e in x.exons}
     L = len(rec)
 
-    rows = [("annotation", rec.genes, "black"), ("GHMM Viterbi", viterbi, "#1f77b4")]
+    name = "GHMM" if crf is None else "feature CRF\n(GHMM + site scores)"
+    rows = [("annotation", rec.genes, "black"), (f"{name},\n{decoder}", viterbi, "#1f77b4")]
     if augustus is not None:
         rows.append(("AUGUSTUS (trained\non genes.gb.train)", augustus, "#7f7f7f"))
     heights = [1] * len(rows) + [1.6, 2.6]
@@ -175,7 +227,7 @@ def main(argv=None):
 
     ax.legend(handles=[Line2D([], [], color="#2ca02c", lw=3, label="annotated exon"),
                        Line2D([], [], color="#d62728", lw=3, label="other exon"),
-                       Line2D([], [], color="black", lw=0, marker="|", label="Viterbi exon: min(P(start), P(end))")],
+                       Line2D([], [], color="black", lw=0, marker="|", label=f"{decoder} exon: min(P(start), P(end))")],
               loc="upper right", fontsize=7, ncol=3, frameon=False)
     # per-position posteriors
     ax = axes[-1]
@@ -187,8 +239,9 @@ def main(argv=None):
     ax.set_xlabel(f"position in {rec.name} ({L} bp)")
     ax.set_ylabel("position\nposterior", rotation=0, ha="right", va="center", fontsize=9)
     ax.legend(loc="center right", fontsize=8)
-    fig.suptitle(f"{rec.name}: annotated and predicted coding exons (+ strand above, - below); the generative "
-                 f"GHMM (order {cfg.order}, smoothing {cfg.smoothing:g}, K = {cfg.max_duration}) fitted on "
+    what = (f"the generative GHMM (order {cfg.order}, smoothing {cfg.smoothing:g}, K = {cfg.max_duration})" if crf is None
+            else f"the feature CRF (GHMM + site scores, K = {cfg.max_duration})")
+    fig.suptitle(f"{rec.name}: annotated and predicted coding exons (+ strand above, - below); {what} trained on "
                  f"genes.gb.train,\nits per-exon posteriors from exact samples and per-position posteriors from "
                  f"the engine's marginals", fontsize=10)
     fig.tight_layout()
@@ -198,6 +251,8 @@ def main(argv=None):
     viterbi_exons = sorted({(x.strand, e.start, e.end) for x in viterbi for e in x.exons}, key=lambda k: k[1])
     summary = {
         "locus": rec.name, "length": L, "annotated_exons": len(gold), "config": cfg.to_dict(),
+        "model": args.feature_crf or "GHMM",
+        "decoder": decoder,  # the viterbi_* entries below describe the drawn parse (viterbi_score: the best parse's)
         "command": "python " + " ".join([os.path.relpath(__file__)] + list(argv if argv is not None else sys.argv[1:])),
         "seconds": {k: round(v, 2) for k, v in times.items()}, "samples": args.samples, "seed": args.seed,
         "log_Z": float(m.log_Z[0]), "viterbi_score": vscore,
@@ -218,7 +273,7 @@ def main(argv=None):
         json.dump(summary, f, indent=1)
     print(f"{rec.name} ({L} bp, {len(gold)} annotated exons), K = {cfg.max_duration}: "
           + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()) + f" -> {args.out}")
-    print(f"Viterbi exons {len(viterbi_exons)} ({summary['viterbi_exons_correct']} annotated); "
+    print(f"{decoder} exons {len(viterbi_exons)} ({summary['viterbi_exons_correct']} annotated); "
           f"Viterbi parse probability {summary['viterbi_parse_probability']:.3g}")
 
 
