@@ -350,3 +350,29 @@ def test_predict_with_saved_feature_crf(predict, tiny_data, tmp_path):
         FeatureCRF.load(str(at_ghmm), other)
     with pytest.raises(SystemExit):
         predict.main(["--input", test, "--out", str(out), "--checkpoint", str(at_ghmm), "--feature-crf", str(at_ghmm)])
+
+
+def test_plot_locus_draws_the_feature_crfs_own_parse():
+    """``plot_locus.py --feature-crf``: the figure's engine inputs and Viterbi parse of a locus are the
+    FeatureCRF's own (its :meth:`decode` of the packed locus), its score the max-semiring log Z."""
+    from torch_semimarkov import semi_crf_streaming_forward
+    from torch_semimarkov.genomics.feature_crf import FeatureCRF, pack
+    from torch_semimarkov.genomics.ghmm import GHMM, GHMMConfig
+    from torch_semimarkov.genomics.records import toy_record
+
+    plot = _load("plot_locus")
+    rng = np.random.default_rng(1)
+    records = [toy_record(rng, f"r{i}") for i in range(5)]
+    ghmm = GHMM.fit(records, GHMMConfig(order=2, max_duration=120, signal_bases=True))
+    crf = FeatureCRF(ghmm)
+    with torch.no_grad():  # a model that is not the GHMM
+        for p in crf.site_bases.values():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0), dtype=p.dtype))
+    for rec in records[:2]:
+        inp = plot.crf_inputs(crf, ghmm, rec)
+        segs, score = plot.crf_viterbi(inp)
+        assert segs == crf.decode(pack([ghmm.features(rec)], dtype=torch.float64), torch.float64)[0]
+        best = semi_crf_streaming_forward(inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K,
+                                          semiring="max", proj_start=inp.proj_start, proj_end=inp.proj_end)
+        assert score == pytest.approx(float(best[0]), abs=1e-9)
+        assert segs[0][0] == 0 and segs[-1][1] == len(rec)
