@@ -53,7 +53,8 @@ def function_coverage(report: str, root: str = ".") -> Dict[str, Dict]:
         source = path if os.path.isabs(path) else os.path.join(root, path)
         funcs = {}
         for name, body in functions_of(source):
-            # a function whose body has no statement lines (only a docstring) counts as run when its def ran
+            # (coverage.py lists no line of a docstring as executed: a function that is only a docstring
+            # counts as not run)
             funcs[name] = bool(body & executed)
         key = path.split("torch_semimarkov/", 1)[-1]
         out[key] = {"lines": (info["summary"]["covered_lines"], info["summary"]["num_statements"]),
