@@ -113,7 +113,7 @@ def backward_op(
     state = (_unflatten(state_a, m, 0), _unflatten(state_b, m, 1))
     if backend == "triton":
         extra = triton_launchers().plan_for(cum_scores, transition, K, "log", num_warps, time_parallel,
-                                                 checkpoint_interval)
+                                            checkpoint_interval, backward=True)
     else:
         extra = m[0]
     p_start, p_end, g_tr, g_db = fn.backward(cum_scores, transition, duration_bias, lengths, K, proj_start,

@@ -177,7 +177,7 @@ class TritonEngine(Engine):
     def forward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, options):
         launch = triton_launchers()
         plan = launch.plan_for(cum_scores, transition, K, "log", options.num_warps, options.time_parallel,
-                               options.checkpoint_interval)
+                               options.checkpoint_interval, backward=True)
         partition, state = launch.launch_forward(cum_scores, transition, duration_bias, lengths, K, "log", proj_start,
                                                  proj_end, plan=plan, save_for_backward=True, beta=True)
         return partition, tuple(state), plan

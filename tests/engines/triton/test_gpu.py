@@ -397,3 +397,44 @@ def test_beta_beside_the_forward_is_bitwise_the_usual_backward(monkeypatch):
         res[early] = out
     for name, a, b in zip(("log Z",) + names, res[False], res[True]):
         assert torch.equal(a, b), name
+
+
+def test_longer_chunks_for_beta_beside_a_differentiated_forward(monkeypatch):
+    """``plan.BESIDE_SPLIT``: where the blocked forward's chunks fill the GPU (4 sequences of 12,000
+    positions: 27 chunks each), a forward that will be differentiated takes chunks twice as long
+    (16 each), so that beta runs beside it. log Z and every gradient equal those of the usual
+    chunks to float32 rounding (other chunk starts, other fix-ups), against the float64 PyTorch
+    path as closely, and repeat bitwise."""
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
+    from torch_semimarkov.core.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    cpu = make_inputs(4, 12000, 300, 40, dtype=torch.float64, seed=14, lengths="ragged", proj="both")
+    inp = _cuda(cpu)
+    v = validate_streaming_inputs(**inp)
+    split = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True)
+    usual = launch.plan_for(v.cum_scores, v.transition, v.K, "log")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert split.beta_early and 2 * 4 * split.n_chunks <= sms < 2 * 4 * usual.n_chunks, (split, usual, sms)
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+
+    def run(d, **kw):
+        d = {k: (x.detach().clone().requires_grad_(True) if k in names else x) for k, x in d.items()}
+        z = semi_crf_streaming_forward(**d, **kw)
+        (z * torch.linspace(0.5, 1.5, 4, dtype=z.dtype, device=z.device)).sum().backward()
+        return [z.detach()] + [d[k].grad for k in names]
+
+    res = {}
+    for on in (False, True, True):
+        monkeypatch.setattr(plan_mod, "BESIDE_SPLIT", on)
+        out = run(inp)
+        if on in res:
+            assert all(torch.equal(a, b) for a, b in zip(out, res[on]))
+        res[on] = out
+    ref = [x.cpu() for x in run(_cuda(cpu, dtype=torch.float64), backend="torch")]
+    for name, a, b, r in zip(("log Z",) + names, res[False], res[True], ref):
+        scale = r.abs().max()
+        err_split, err_usual = float((b.cpu().double() - r).abs().max() / scale), float((a.cpu().double() - r).abs().max() / scale)
+        assert err_split < max(3 * err_usual, 1e-6), (name, err_split, err_usual)
+        assert_close(a.cpu().double(), b.cpu().double(), rtol=1e-4, atol=1e-4 * float(scale))

@@ -432,3 +432,17 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     assert not plan_mod.beta_early(32, 1, 132, "max", True)      # Viterbi has no backward
     assert not plan_mod.beta_early(32, 1, 132, "log", False)     # no CUDA: nothing runs beside
     assert not p.beta_early                                      # (the interpreter's plans)
+    # a differentiated forward (``backward=True``) whose chunks fill the GPU takes chunks twice as
+    # long (at most 8·K), so that beta's programs fit beside the forward's; nothing else changes
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", None)
+    mk = lambda B, T, **kw: plan_mod.make_plan(B, T, 960, 47, device="cuda", **kw)  # noqa: E731
+    usual, split = mk(4, 100000), mk(4, 100000, backward=True)
+    assert (usual.chunk, usual.n_chunks, usual.beta_early) == (3031, 33, False)
+    assert (split.chunk, split.n_chunks, split.beta_early) == (6250, 16, True)
+    assert (mk(16, 20000, backward=True).n_chunks, mk(16, 20000).n_chunks) == (4, 8)
+    assert mk(8, 118212, backward=True) == mk(8, 118212)          # 2 x 8 x 16 programs: no room
+    assert mk(32, 3000, backward=True) == mk(32, 3000)            # one chunk each: beside already
+    assert mk(4, 100000, backward=True, semiring="max") == mk(4, 100000, semiring="max")
+    assert plan_mod.make_plan(4, 100000, 960, 47, backward=True) == plan_mod.make_plan(4, 100000, 960, 47)  # no CUDA
+    monkeypatch.setattr(plan_mod, "BESIDE_SPLIT", False)
+    assert mk(4, 100000, backward=True) == usual

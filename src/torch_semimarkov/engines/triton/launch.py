@@ -42,12 +42,14 @@ class ForwardState(NamedTuple):
     second: torch.Tensor
 
 
-def plan_for(cum_scores, transition, K, semiring="log", num_warps=None, time_parallel=None, checkpoint_interval=None):
-    """The :class:`KernelPlan` of a call with these inputs."""
+def plan_for(cum_scores, transition, K, semiring="log", num_warps=None, time_parallel=None, checkpoint_interval=None,
+             backward=False):
+    """The :class:`KernelPlan` of a call with these inputs (``backward``: a forward that will be
+    differentiated, and its backward, see :func:`~.plan.make_plan`)."""
     B, T1, C = cum_scores.shape
     return make_plan(B, T1 - 1, K, C, duration_transitions=transition.dim() == 3, semiring=semiring,
                      num_warps=num_warps, time_parallel=time_parallel, checkpoint_interval=checkpoint_interval,
-                     device=cum_scores.device)
+                     device=cum_scores.device, backward=backward)
 
 
 def _prepare(cum_scores, transition, duration_bias, lengths, proj_start, proj_end):

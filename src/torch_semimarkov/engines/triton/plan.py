@@ -75,6 +75,11 @@ BLOCKED_WARPS = 8
 #: (:attr:`KernelPlan.beta_early`); None: the plan's own choice.
 BETA_EARLY_OVERRIDE: Optional[bool] = None
 
+#: A forward that will be differentiated may take chunks twice as long, so that the forward's and
+#: beta's programs fill the multiprocessors together (:func:`split_chunk_length`); False: the
+#: forward's chunks whether or not a backward follows (A/B switch).
+BESIDE_SPLIT = True
+
 #: Streaming multiprocessors assumed when no CUDA device is queried (the interpreter; an H100/H200).
 DEFAULT_SMS = 132
 
@@ -225,6 +230,19 @@ def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
     return max(3 * K_eff // 2, 64, min(4 * K_eff, -(-T // per)))
 
 
+def split_chunk_length(B: int, T: int, K_eff: int, sms: int) -> Optional[int]:
+    """Chunk length of a differentiated forward in the blocked engine whose usual chunks (about one
+    program per multiprocessor, :func:`blocked_chunk_length`) leave no room for beta beside it:
+    chunks for half the multiprocessors each (at most 8·K, so a long sequence in a ragged batch
+    waits no longer than for the forward and beta of 4·K chunks one after the other), or None where
+    the two recurrences' ``2 · B · n_chunks`` programs would still not fit in one wave. The forward
+    then takes about ``W + K`` steps and beta runs in the same time, instead of ``2 · (W/2 + K)``."""
+    per = max(1, (sms // 2) // max(B, 1))
+    W = max(3 * K_eff // 2, 64, min(8 * K_eff, -(-T // per)))
+    n = -(-T // W)
+    return W if 2 * B * n <= sms else None
+
+
 def beta_early(B: int, n_chunks: int, sms: int, semiring: str, on_cuda: bool) -> bool:
     """Whether the blocked engine's forward should run beta beside it: in the log semiring on a GPU
     whose multiprocessors the two recurrences' programs (one 8-warp program per multiprocessor,
@@ -248,6 +266,7 @@ def make_plan(
     time_parallel: Optional[bool] = None,
     checkpoint_interval: Optional[int] = None,
     device=None,
+    backward: bool = False,
 ) -> KernelPlan:
     """The plan of one call.
 
@@ -260,6 +279,9 @@ def make_plan(
             the batch alone cannot fill the GPU and the sequences are long enough to cut.
         checkpoint_interval: the sequential forward's checkpoint spacing (None: sqrt(T·K)).
         device: the device the call runs on (its multiprocessor count sizes the chunks).
+        backward: the forward will be differentiated (its backward makes the plan with the same
+            flag): the blocked engine may then cut longer chunks to run beta beside the forward
+            (:func:`split_chunk_length`).
     """
     K_eff = max(1, min(int(K), T))
     c_pad, k_block = tile_sizes(C, K_eff)
@@ -296,8 +318,15 @@ def make_plan(
         # batch that fills the GPU alone, run one chunk per sequence (H200 sweep, GPU_NOTES)
         W = blocked_chunk_length(B, T, K_eff, sms)
         n = max(1, -(-T // W))
+        on_cuda = device is not None and torch.device(device).type == "cuda"
         if (B >= sms or T < 4 * K_eff) and time_parallel is None and CHUNK_OVERRIDE is None:
             W, n = max(T, 1), 1
+        elif (backward and BESIDE_SPLIT and BETA_EARLY_OVERRIDE is None and CHUNK_OVERRIDE is None and on_cuda
+              and semiring == "log" and 2 * B * n > sms):
+            # the forward's chunks fill the GPU: beta would queue behind it unless the chunks grow
+            W_split = split_chunk_length(B, T, K_eff, sms)
+            if W_split is not None:
+                W, n = W_split, -(-T // W_split)
         # the term-by-term block sums' tile: 32 labels wide in the log semiring (gene grammars and
         # masks: the gene finder's step 4% faster, outputs bitwise equal), 16 in the max semiring
         # (Viterbi: 32 was 14% slower); H200, GPU_NOTES 52
@@ -309,7 +338,7 @@ def make_plan(
             linear_tile=BLOCK_OVERRIDE or LINEAR_TILE, marg=BLOCKED_MARGINALS,
             marg_tile=tuple(min(x, c_pad) if i == 2 else x for i, x in enumerate(MARG_OVERRIDE or MARG_TILE)),
             marg_warps=MARG_WARPS,
-            beta_early=beta_early(B, n, sms, semiring, device is not None and torch.device(device).type == "cuda"))
+            beta_early=beta_early(B, n, sms, semiring, on_cuda))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
