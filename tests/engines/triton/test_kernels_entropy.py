@@ -162,13 +162,10 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, 
 def test_entropy_recurrences_take_the_fewest_warps_that_hold_their_ring(monkeypatch):
     """2 warps for a 64 x 32 ring (the log Z kernels take 4), 4 for 128 x 32 (on 2 the entropy
     steps spill registers), 8 for 256 x 32; ENTROPY_WARPS overrides the rule."""
-    pytest.importorskip("triton")
-    from torch_semimarkov.engines.triton import entropy as ek
-
     def warps(K, C):
-        return ek.entropy_warps(plan_mod.masked_plan(1, 100_000, K, C))
+        return plan_mod.entropy_warps(plan_mod.masked_plan(1, 100_000, K, C))
 
     assert (warps(64, 24), warps(50, 32), warps(100, 24), warps(200, 24)) == (2, 2, 4, 8)
     assert warps(16, 8) == 2
-    monkeypatch.setattr(ek, "ENTROPY_WARPS", 8)
+    monkeypatch.setattr(plan_mod, "ENTROPY_WARPS", 8)
     assert warps(64, 24) == 8

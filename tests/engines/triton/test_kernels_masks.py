@@ -215,7 +215,8 @@ def test_engine_limits_kernel(monkeypatch, K):
     allowed by its limits iff the masks allow it; its limits are never tighter than the exact
     ones; the flags mark every position where the exact limits move, and every forbidden start."""
     from torch_semimarkov.engines.triton import limits
-    monkeypatch.setattr(limits, "LIMITS_BLOCK", 16)
+    from torch_semimarkov.engines.triton import plan as plan_mod
+    monkeypatch.setattr(plan_mod, "LIMITS_BLOCK", 16)
     B, T, C = 3, 75, 3
     lm, bm = _masks(8, B, T, C)
     ms, me, fl = (cpu(x).long() for x in limits.engine_limits(lm.to(DEVICE), bm.to(DEVICE, torch.int8), B, T, C, K,

@@ -73,3 +73,40 @@ def test_masked_plans_are_plans_the_masked_kernels_take(B, T, K, C):
             continue
         _check_masked(plan, masks=object())
         assert plan.time_parallel and plan.kind in ("reg", "mem")
+
+
+def test_no_launcher_chooses_warps_chunks_or_tiles_of_its_own():
+    """Every launch decision lives in ``plan.py``: outside it, no kernel launch in the Triton
+    engine passes warps as a number, and no module computes chunk lengths, padded label axes
+    or walk blocks with its own formula (``next_pow2`` of a size, ``-(-T // ...)`` chunk counts
+    from the multiprocessor count)."""
+    import pathlib
+    import re
+
+    import torch_semimarkov.engines.triton as pkg
+
+    offending = []
+    for path in sorted(pathlib.Path(pkg.__file__).parent.glob("*.py")):
+        if path.name in ("plan.py", "common.py"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"num_warps=\d", code) or "_sms(" in code or re.search(r"max\(\d+, next_pow2\(", code):
+                offending.append(f"{path.name}:{n}: {line.strip()}")
+    assert not offending, "\n".join(offending)
+
+
+def test_the_launch_choices_around_the_recurrences():
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    assert plan_mod.walk_blocks(5, 20) == (8, 32) and plan_mod.walk_blocks(1000, 5000) == (128, 1024)
+    assert plan_mod.label_pad(3) == 4 and plan_mod.label_pad(1) == 2 and plan_mod.label_pad(3, 4) == 4
+    # per-position marginals: 2048 programs at most, chunks of at least 32, a workspace of at most
+    # twice the marginals
+    ch, n = plan_mod.marginal_chunks(4, 100_000, 47, 960 * 47 + 47 * 47)
+    assert ch * n >= 100_000 and n * (960 * 47 + 47 * 47) <= 2 * 100_001 * 47
+    assert plan_mod.marginal_chunks(1, 10, 3, 1) == (10, 1)
+    # the anchors: about two programs per multiprocessor, at most 16 an anchor
+    assert plan_mod.anchor_splits(4, 34, None) == 2 and plan_mod.anchor_splits(1, 2, None) == 16
+    assert plan_mod.dense_tiles(10, 5, True) == (8, 8, 16) and plan_mod.dense_tiles(10, 5, False) == (8, 8, 16)
+    assert plan_mod.dense_tiles(100, 40, False) == (64, 64, 1)

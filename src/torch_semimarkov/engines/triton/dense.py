@@ -14,6 +14,7 @@ inside the kernels, and the host turns it back into ``-inf``.
 
 from __future__ import annotations
 
+from torch_semimarkov.engines.triton import plan as plan_mod
 from torch_semimarkov.engines.triton.common import HAS_TRITON, MASK
 
 if HAS_TRITON:
@@ -264,10 +265,6 @@ if HAS_TRITON:
                 tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, acc, 0.0), mask=mp)
 
 
-def _pad(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 def run_dense(model, which: str, expect: bool = False, factored_off: bool = False):
     """Launch the alpha (``which="alpha"``) or beta kernel on a ``_Model`` of ``engines/torch/dense.py`` (the
     factored kernels for a (C, C) transition unless ``factored_off``).
@@ -291,11 +288,12 @@ def run_dense(model, which: str, expect: bool = False, factored_off: bool = Fals
     ms = model.min_start if model.min_start is not None else torch.zeros(1, dtype=torch.long, device=dev)
     args = (fin(model.S), fin(model.ps), fin(model.pe), fin(model.D), fin(model.TrK), fin(model.start_add),
             fin(model.end_add), ms.contiguous(), model.lengths.contiguous(), M, E, P, K, C)
-    C1_PAD = _pad(C + 1)
-    meta = dict(HAS_MIN=model.min_start is not None, EXPECT=expect, C_PAD=_pad(C), C1_PAD=C1_PAD, num_warps=4)
-    if not model.direct and not factored_off:
+    factored = not model.direct and not factored_off
+    c_pad, c1_pad, K_BLK = plan_mod.dense_tiles(K, C, factored)
+    meta = dict(HAS_MIN=model.min_start is not None, EXPECT=expect, C_PAD=c_pad, C1_PAD=c1_pad,
+                num_warps=plan_mod.DENSE_WARPS)
+    if factored:
         # (C, C): the transition of every duration is the same; the factored recurrence
-        K_BLK = max(1, min(_pad(K), 2048 // _pad(C)))
         tr = args[4][0].contiguous()  # (C+1, C)
         args = args[:4] + (tr,) + args[5:]
         if which == "alpha":
@@ -306,7 +304,6 @@ def run_dense(model, which: str, expect: bool = False, factored_off: bool = Fals
             factored_beta_kernel[(B,)](*args, K_BLK=K_BLK, **meta)
     else:
         kernel = dense_alpha_kernel if which == "alpha" else dense_beta_kernel
-        K_BLK = max(1, min(_pad(K), 4096 // (C1_PAD * _pad(C))))
         kernel[(B,)](*args, K_BLK=K_BLK, **meta)
     M = torch.where(M > -1e29, M, torch.full_like(M, float("-inf")))
     return (M, E) if expect else M

@@ -710,39 +710,9 @@ if HAS_TRITON:
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
 
-#: Warps of the two entropy recurrences (None: :func:`entropy_warps`); benchmarks/GPU_NOTES.md
-#: says why.
-ENTROPY_WARPS = None
-
 #: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
 #: on two CUDA streams.
 ENTROPY_STREAMS = True
-
-#: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's
-#: chunks).
-ENTROPY_PROGRAMS_PER_SM = None
-
-
-def entropy_warps(plan) -> int:
-    """Warps of the two entropy recurrences: the fewest whose register budget
-    (:data:`~.plan.REG_RING_ELEMENTS`) holds the (K_PAD, C_PAD) ring, from 2 (the log Z kernels
-    start from 4). Their steps do about twice the forward's work per ring entry, and fewer warps
-    halve the cross-warp reductions; below the budget (a ring of 4096 entries on 2 warps) the
-    registers spill. On an H200 this took the recurrences' share of an entropy with its gradient
-    at (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
-    from torch_semimarkov.engines.triton.plan import ring_warps
-    return ENTROPY_WARPS if ENTROPY_WARPS is not None else ring_warps(plan.k_pad, plan.c_pad, fewest=2)
-
-
-def entropy_chunk(B: int, T: int, K_eff: int, plan, device) -> int:
-    """Chunk length of the two entropy recurrences: the plan's, or about
-    :data:`ENTROPY_PROGRAMS_PER_SM` programs per multiprocessor, each at least 2·K long."""
-    from torch_semimarkov.engines.triton import plan as plan_mod
-    if ENTROPY_PROGRAMS_PER_SM is None or plan_mod.CHUNK_OVERRIDE is not None:
-        return plan.chunk
-    want = max(1, -(-ENTROPY_PROGRAMS_PER_SM * plan_mod._sms(device) // max(B, 1)))
-    return max(2 * K_eff, 64, -(-T // want))
-
 
 def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan, masks=None):
     """The entropy and its weighted marginals on the time-parallel register-ring engine.
@@ -758,7 +728,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     """
     from torch_semimarkov.engines.torch.reference import feasible, zero_rows
     from torch_semimarkov.engines.triton.launch import _prepare
-    from torch_semimarkov.engines.triton.marginals import _anchor_kernel, chunking
+    from torch_semimarkov.engines.triton.marginals import _anchor_kernel
+    from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, marginal_chunks
     from torch_semimarkov.engines.triton.parallel import (TOL, _chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
@@ -833,7 +804,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     n_anchor = -(-T // A) + 1
     lz = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
-                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=4, IDX64=plan.idx64)
+                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
     _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, out_ptr=lz,
                                   K_BLOCK=plan.k_block, **mask_me)
     lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
@@ -844,7 +815,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     H = torch.where(ok[:, None], H, torch.zeros_like(H))
 
     # weighted marginals
-    ch, nch = chunking(B, T, C, K_eff * C + C * C)
+    ch, nch = marginal_chunks(B, T, C, K_eff * C + C * C)
     p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     q_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     q_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
@@ -855,7 +826,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         hanc_ptr=H, a_ptr=alpha_hat, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, h_ptr=h, hu_ptr=hu, oh_ptr=oh,
         hy_ptr=hy, oy_ptr=oy, pst_ptr=p_start, qst_ptr=q_start, qend_ptr=q_end, wtr_ptr=wtr, wdb_ptr=wdb, C=C,
         K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C,
-        C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64,
+        C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64,
         ONE_KB=K_eff <= plan.k_block, **mask_me)
     q_tr = wtr.sum(1).double()
     q_db = wdb.sum(1).double()

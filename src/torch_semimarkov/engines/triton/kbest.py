@@ -26,16 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from torch_semimarkov.engines.triton.common import HAS_TRITON, next_pow2, tl, triton
-
-#: Elements of a kernel's (positions, labels, n) tile: the positions per program follow from it.
-_BUFFER = 2048
-
-#: The in-edges kernel: its buffer's elements per program and warps. One warp keeps the
-#: per-candidate reductions (the buffer's worst, "does any node go on") inside a warp, with no
-#: barrier, and leaves room for more programs in flight to hide the dependent loads.
-IN_EDGES_BUFFER = 256
-IN_EDGES_WARPS = 1
+from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton
+from torch_semimarkov.engines.triton import plan as plan_mod
 
 if HAS_TRITON:
 
@@ -181,10 +173,6 @@ if HAS_TRITON:
             tl.store(p_ptr + out + r, pl.to(tl.int64), mask=m2)
 
 
-def _rows_per_program(C_PAD: int, N_PAD: int, budget: int = _BUFFER) -> int:
-    return max(1, min(64, budget // (C_PAD * N_PAD)))
-
-
 def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
     """``(delta, dur, prev)`` (B, T+1, C, k) of the in-edges (row 0: +inf / 0), from alpha
     (B, T+1, C), the cumulative scores S (B, T+1, C), the projections (B, T, C) or None, the
@@ -199,15 +187,15 @@ def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
     if T == 0:
         return delta, dur, prev
     kk = k + 1
-    C_PAD = max(2, next_pow2(C))
+    C_PAD = plan_mod.label_pad(C)
     W = torch.empty((B, T1, kk, C), dtype=torch.float64, device=dev)
     Vc = torch.empty((B, T1, kk, C), dtype=torch.int32, device=dev)
     alpha, S = alpha.contiguous(), S.contiguous()
-    P = _rows_per_program(C_PAD, C_PAD)
+    P = plan_mod.kbest_rows(C_PAD, C_PAD)
     _top_pred_kernel[(-(-T1 // P), B)](
         a_ptr=alpha, tr_ptr=tr.contiguous(), s_ptr=S, ps_ptr=S if ps is None else ps.contiguous(),
         w_ptr=W, vc_ptr=Vc, T=T, C=C, NV=kk, P=P, C_PAD=C_PAD, HAS_PS=ps is not None,
-        num_warps=4)
+        num_warps=plan_mod.KBEST_WARPS)
     # position 0: the first segment's single edge, logsumexp_{c'} Tr[c', c], from the start (C)
     W[:, 0] = -float("inf")
     W[:, 0, 0] = torch.logsumexp(tr, 0)[None] - S[:, 0] + (0.0 if ps is None else ps[:, 0])
@@ -216,10 +204,10 @@ def in_edges(alpha, S, ps, pe, tr, D, bp, lengths, K: int, k: int):
     if pe is not None:
         E[:, 1:] += pe
     K_eff = max(1, min(K, T))
-    N_PAD = max(2, next_pow2(k))
-    P = _rows_per_program(C_PAD, N_PAD, IN_EDGES_BUFFER)
+    N_PAD = plan_mod.label_pad(k)
+    P = plan_mod.kbest_rows(C_PAD, N_PAD, plan_mod.IN_EDGES_BUFFER)
     _in_edges_kernel[(-(-T // P), B)](
         w_ptr=W, vc_ptr=Vc, db_ptr=D[:K_eff].contiguous(), a_ptr=alpha, e_ptr=E, bp_ptr=bp.contiguous(),
         len_ptr=lengths, d_ptr=delta, k_ptr=dur, p_ptr=prev, T=T, C=C, K=K_eff, KK=kk, NSEL=k, N_PAD=N_PAD,
-        P=P, C_PAD=C_PAD, num_warps=IN_EDGES_WARPS)
+        P=P, C_PAD=C_PAD, num_warps=plan_mod.IN_EDGES_WARPS)
     return delta, dur, prev

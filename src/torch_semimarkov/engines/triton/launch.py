@@ -18,7 +18,8 @@ import torch
 from torch_semimarkov.engines.torch.reference import feasible, public_score, zero_rows
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
 from torch_semimarkov.engines.triton.parallel import beta_chunked, forward_chunked, traceback_chunked
-from torch_semimarkov.engines.triton.plan import KernelPlan, _sms, checkpoint_sizes, make_plan
+from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_splits, checkpoint_sizes,
+                                                  make_plan, marginal_chunks, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
 
@@ -251,7 +252,7 @@ def _blk_anchors(rows_in, tiles, cum_scores, w_hat, lz, B, n_anchor):
     from torch_semimarkov.engines.triton.marginals import _blk_seg_kernel
 
     dev = cum_scores.device
-    ns = max(1, min(16, next_pow2(-(-2 * _sms(dev) // (B * n_anchor)))))
+    ns = anchor_splits(B, n_anchor, dev)
     sums = torch.zeros((B, n_anchor, ns), device=dev, dtype=torch.float32)
     keys = ("len_ptr", "f_ptr", "x_ptr", "g_ptr", "C", "K", "A", "NA", "s_cum_b", "s_a_b", "s_f_b", "C_PAD", "IDX64")
     _blk_seg_kernel[(B, n_anchor * ns)](**{k: rows_in[k] for k in keys}, **tiles,
@@ -292,7 +293,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     """
     from torch_semimarkov.engines.triton.beta import _beta_duration_tr_kernel, _beta_factored_kernel, _beta_factored_reg_kernel
     from torch_semimarkov.engines.triton.marginals import (_anchor_duration_tr_kernel, _anchor_kernel, _shared_duration_tr_kernel,
-                            _shared_factored_kernel, chunking)
+                            _shared_factored_kernel)
 
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
@@ -327,7 +328,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
     dur_tr = plan.kind == "dur"
-    ch, nch = chunking(B, T, C, K_eff * C * C if dur_tr else K_eff * C + C * C)
+    ch, nch = marginal_chunks(B, T, C, K_eff * C * C if dur_tr else K_eff * C + C * C)
     inputs = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, C=C, K=K_eff,
                   s_cum_b=T1 * C)
     if early is not None:
@@ -360,7 +361,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     n_anchor = -(-T // A) + 1
     anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
-                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=4, IDX64=plan.idx64)
+                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if dur_tr:
         _anchor_duration_tr_kernel[(B, n_anchor)](
             **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
@@ -374,7 +375,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         # programs (partial log-sums, reduced here in float64) so that they fill the GPU
         ns = 1
         if plan.kind == "mem" and plan.time_parallel:
-            ns = max(1, min(16, next_pow2(-(-2 * _sms(dev) // (B * n_anchor)))))
+            ns = anchor_splits(B, n_anchor, dev)
         if ns > 1:
             parts = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
             _anchor_kernel[(B, n_anchor * ns)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
@@ -386,7 +387,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
     marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
-                s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=4, IDX64=plan.idx64)
+                s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if not dur_tr:
         wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         if tiled:
@@ -450,10 +451,10 @@ def launch_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start
     labels = torch.empty((B, T), device=dev, dtype=torch.int64)
     starts = torch.empty((B, T), device=dev, dtype=torch.bool)
     traced = torch.where(feasible(out), lengths, torch.zeros_like(lengths)).contiguous()
+    k_block, fill = walk_blocks(plan.K, T)
     _traceback_kernel[(B,)](
         bpk_ptr=bpk, bpc_ptr=bpc, last_ptr=last, len_ptr=traced, lab_ptr=labels, st_ptr=starts.view(torch.int8),
         C=C, T=T, s_bp_b=T1 * C, BP_C_AT_END=plan.kind == "dur", PACKED=plan.packed_backpointers,
-        K_BLOCK=max(2, min(128, 1 << max(0, (plan.K - 1).bit_length()))), FILL_BLOCK=min(1024, max(32, 1 << max(0, (T - 1).bit_length()))),
-        num_warps=1, IDX64=plan.idx64,
+        K_BLOCK=k_block, FILL_BLOCK=fill, num_warps=WALK_WARPS, IDX64=plan.idx64,
     )
     return public_score(out), labels, starts

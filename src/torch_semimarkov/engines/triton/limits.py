@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from torch_semimarkov.engines.triton.common import HAS_TRITON, next_pow2, tl, triton
+from torch_semimarkov.engines.triton import plan as plan_mod
+from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton
 
 FWD_MOVED, BWD_MOVED, NO_START = 1, 2, 4
-
-#: Positions per program of the limits kernel.
-LIMITS_BLOCK = 256
 
 if HAS_TRITON:
 
@@ -120,8 +118,9 @@ def engine_limits(label_mask, boundary_mask, B: int, T: int, C: int, K: int, dev
     fl = torch.empty((B, T + 1), dtype=torch.int8, device=device)
     lm = label_mask.view(torch.uint8) if label_mask is not None else ms
     bm = boundary_mask if boundary_mask is not None else ms
-    grid = (B, -(-(T + 1) // LIMITS_BLOCK))
+    blk = plan_mod.LIMITS_BLOCK
+    grid = (B, -(-(T + 1) // blk))
     _limits_kernel[grid](lm_ptr=lm.contiguous(), bm_ptr=bm.contiguous(), ms_ptr=ms, me_ptr=me, fl_ptr=fl, T=T, C=C,
-                         K=int(K), BLK=LIMITS_BLOCK, C_PAD=max(2, next_pow2(C)), HAS_LM=label_mask is not None,
-                         HAS_BM=boundary_mask is not None, num_warps=1)
+                         K=int(K), BLK=blk, C_PAD=plan_mod.label_pad(C), HAS_LM=label_mask is not None,
+                         HAS_BM=boundary_mask is not None, num_warps=plan_mod.WALK_WARPS)
     return ms, me, fl

@@ -570,12 +570,3 @@ if HAS_TRITON:
                 ptrs = wtr_b + (k - 1) * C * C + oc[:, None] * C + oc[None, :]
                 tl.store(ptrs, tl.load(ptrs, mask=m2c, other=0.0) + p, mask=m2c)
             tl.store(pst_b + s * C + oc, pst, mask=mc)
-
-
-def chunking(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32):
-    """Chunk length and count for the parallel kernel: enough programs to fill a GPU, and a
-    per-chunk workspace (``ws_per_chunk`` floats per sequence and chunk) of at most twice the size
-    of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K."""
-    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), (2 * (T + 1) * C) // ws_per_chunk))
-    ch = -(-T // n)
-    return ch, -(-T // ch)

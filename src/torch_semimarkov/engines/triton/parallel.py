@@ -14,8 +14,8 @@ from typing import Optional
 
 import torch
 
-from torch_semimarkov.engines.triton.common import REBASE, next_pow2
-from torch_semimarkov.engines.triton.plan import KernelPlan
+from torch_semimarkov.engines.triton.common import REBASE
+from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, label_pad, walk_blocks
 
 #: Two runs are one up to a constant when every value of their last K rows differs by one offset
 #: to within TOL * (1 + |value|): about 8 float32 ulps of each value.
@@ -409,18 +409,6 @@ def traceback_from(bp, alpha_hat, seq, t0, c0, plan: KernelPlan):
     return labels, starts
 
 
-def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
-    """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
-    is a chain of dependent loads, so more programs in flight hide the latency), each chunk at
-    least K (a segment crosses at most one boundary) and 64 long."""
-    from torch_semimarkov.engines.triton import plan as plan_mod
-
-    if plan_mod.CHUNK_OVERRIDE is not None:
-        return max(int(plan_mod.CHUNK_OVERRIDE), K, 1)
-    want = max(1, -(-32 * sms // max(rows, 1)))
-    return max(K, 64, -(-T // want))
-
-
 def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths, uniforms, K: int,
                    chunk: int):
     """Exact backward sampling of ``rows = uniforms.shape[0]`` walks, a multiple of B (row r
@@ -440,7 +428,7 @@ def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths
     idx64 = rows * T1 * 2 >= 2**31 or T1 * max(C, K) * 4 >= 2**31
     sample = dict(bp_ptr=guess, s_bp_b=0, SAMPLE=True, a_ptr=saved[0], w_ptr=saved[1], f_ptr=frames,
                   cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, u_ptr=uniforms, NB=B, K=K,
-                  C_PAD=max(4, next_pow2(C)))
+                  C_PAD=label_pad(C, 4))
     return _chunked_walk(row_len, guess, T1 - 1, C, K, chunk, idx64, sample)
 
 
@@ -458,7 +446,7 @@ def _chunked_walk(lengths, guess, T, C, K, W, idx64, extra):
     src = torch.ones((R, n), device=dev, dtype=torch.int32)
     args = dict(guess_ptr=guess, len_ptr=lengths, lab_ptr=labels, st_ptr=starts.view(torch.int8),
                 mk_ptr=mark, ex_ptr=exits, stt_ptr=status, src_ptr=src, C=C, T=T, W=W, NCH=n, **extra)
-    meta = dict(K_BLOCK=max(2, min(128, next_pow2(K))), FILL=min(1024, max(32, next_pow2(W))), num_warps=1,
-                IDX64=idx64)
+    k_block, fill = walk_blocks(K, W)
+    meta = dict(K_BLOCK=k_block, FILL=fill, num_warps=WALK_WARPS, IDX64=idx64)
     _three_phases(_traceback_chunks_kernel, R, n, args, meta, status)
     return labels, starts, status.bool()

@@ -4,7 +4,9 @@
 recurrence of a (K, C, C) transition), whether the recurrences run parallel over time (chunks with
 fix-up) or one program per sequence, the chunk length, warps, tile sizes and the checkpoint layout.
 The forward chooses it; the backward, the recompute and Viterbi reuse it, so a backward always
-runs the kernels (and reduction orders) its forward ran.
+runs the kernels (and reduction orders) its forward ran. The launch choices of the kernels around
+the recurrences (marginals, anchors, walks, entropy, sampling, k-best, segment limits) are the
+functions and constants at the end of this module.
 """
 
 from __future__ import annotations
@@ -387,3 +389,110 @@ def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device
     # one chunk on the register ring (the sequential kernels, "mem" at few warps included, take no masks)
     warps = ring_warps(p.k_pad, p.c_pad)
     return dataclasses.replace(p, kind="reg", time_parallel=True, chunk=max(T, 1), n_chunks=1, num_warps=warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch choices of the kernels around the recurrences (marginals, anchors, walks, entropy,
+# sampling, k-best, segment limits): functions of the problem's sizes and the device, kept here
+# beside the recurrences' plan so that every launch decision lives in this module.
+
+#: Warps of the one-pass kernels that run one program per (sequence, chunk or anchor): the
+#: per-position marginals (``marginals._shared_factored_kernel``), the anchors and the entropy's
+#: marginals and anchors.
+AUX_WARPS = 4
+
+#: Warps of the walks (Viterbi traceback, sampling) and of the segment-limits kernel: a chain of
+#: dependent loads a program, so more programs in flight instead of more warps.
+WALK_WARPS = 1
+
+#: Positions per program of the segment-limits kernel (``limits._limits_kernel``).
+LIMITS_BLOCK = 256
+
+#: Warps of the two entropy recurrences (None: :func:`entropy_warps`).
+ENTROPY_WARPS: Optional[int] = None
+
+#: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's chunks).
+ENTROPY_PROGRAMS_PER_SM: Optional[int] = None
+
+#: The k-best kernels (``kbest.py``): elements of a (positions, labels, n) tile, from which the
+#: positions per program follow, and the warps of the top-pick kernel; the in-edges kernel's
+#: buffer and warps (one warp keeps the per-candidate reductions, the buffer's worst and "does any
+#: node go on", inside a warp with no barrier, and leaves room for more programs in flight to hide
+#: the dependent loads).
+KBEST_BUFFER = 2048
+KBEST_WARPS = 4
+IN_EDGES_BUFFER = 256
+IN_EDGES_WARPS = 1
+
+
+def label_pad(C: int, least: int = 2) -> int:
+    """The label axis of a kernel's tile: the next power of 2, at least ``least``."""
+    return max(least, next_pow2(C))
+
+
+def marginal_chunks(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32):
+    """``(chunk length, chunk count)`` of the per-position marginal kernels: enough programs to
+    fill a GPU, and a per-chunk workspace (``ws_per_chunk`` floats per sequence and chunk) of at
+    most twice the size of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K."""
+    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), (2 * (T + 1) * C) // ws_per_chunk))
+    ch = -(-T // n)
+    return ch, -(-T // ch)
+
+
+def anchor_splits(B: int, n_anchor: int, device) -> int:
+    """Programs over which each of the blocked engine's anchors (O(K²·C) each) splits its
+    starts: about two programs per multiprocessor in all, at most 16 an anchor."""
+    return max(1, min(16, next_pow2(-(-2 * _sms(device) // (B * n_anchor)))))
+
+
+def walk_blocks(K: int, T: int):
+    """``(K_BLOCK, FILL)`` of a walk over rows of ``T`` positions (the traceback and sampling
+    kernels): the durations read per load, and the block that fills a walk's labels."""
+    return max(2, min(128, next_pow2(K))), min(1024, max(32, next_pow2(T)))
+
+
+def entropy_warps(plan: KernelPlan) -> int:
+    """Warps of the two entropy recurrences: the fewest whose register budget
+    (:data:`REG_RING_ELEMENTS`) holds the (K_PAD, C_PAD) ring, from 2 (the log Z kernels start
+    from 4). Their steps do about twice the forward's work per ring entry, and fewer warps halve
+    the cross-warp reductions; below the budget (a ring of 4096 entries on 2 warps) the registers
+    spill. On an H200 this took the recurrences' share of an entropy with its gradient at
+    (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
+    return ENTROPY_WARPS if ENTROPY_WARPS is not None else ring_warps(plan.k_pad, plan.c_pad, fewest=2)
+
+
+def entropy_chunk(B: int, T: int, K_eff: int, plan: KernelPlan, device) -> int:
+    """Chunk length of the two entropy recurrences: the plan's, or about
+    :data:`ENTROPY_PROGRAMS_PER_SM` programs per multiprocessor, each at least 2·K long."""
+    if ENTROPY_PROGRAMS_PER_SM is None or CHUNK_OVERRIDE is not None:
+        return plan.chunk
+    want = max(1, -(-ENTROPY_PROGRAMS_PER_SM * _sms(device) // max(B, 1)))
+    return max(2 * K_eff, 64, -(-T // want))
+
+
+def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
+    """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
+    is a chain of dependent loads, so more programs in flight hide the latency), each chunk at
+    least K (a segment crosses at most one boundary) and 64 long."""
+    if CHUNK_OVERRIDE is not None:
+        return max(int(CHUNK_OVERRIDE), K, 1)
+    want = max(1, -(-32 * sms // max(rows, 1)))
+    return max(K, 64, -(-T // want))
+
+
+def kbest_rows(C_PAD: int, N_PAD: int, budget: int = KBEST_BUFFER) -> int:
+    """Positions per program of a k-best kernel whose tile holds ``budget`` elements."""
+    return max(1, min(64, budget // (C_PAD * N_PAD)))
+
+
+#: Warps of the dense model's recurrences (``dense.py``: one program per sequence).
+DENSE_WARPS = 4
+
+
+def dense_tiles(K: int, C: int, factored: bool):
+    """``(C_PAD, C1_PAD, K_BLK)`` of the dense model's recurrences (``dense.py``): the label axes
+    (C, and C + 1 with the first segment's phantom predecessor) and the durations a tile forms
+    at once, ~2048 edge terms for a (C, C) transition (factored) and ~4096 for (K, C+1, C) edges."""
+    c_pad, c1_pad = next_pow2(C), next_pow2(C + 1)
+    budget = 2048 // c_pad if factored else 4096 // (c1_pad * c_pad)
+    return c_pad, c1_pad, max(1, min(next_pow2(K), budget))
