@@ -110,3 +110,20 @@ def test_the_launch_choices_around_the_recurrences():
     assert plan_mod.anchor_splits(4, 34, None) == 2 and plan_mod.anchor_splits(1, 2, None) == 16
     assert plan_mod.dense_tiles(10, 5, True) == (8, 8, 16) and plan_mod.dense_tiles(10, 5, False) == (8, 8, 16)
     assert plan_mod.dense_tiles(100, 40, False) == (64, 64, 1)
+
+
+def test_batches_of_several_waves_run_one_chunk_where_that_is_faster(monkeypatch):
+    """``plan.one_chunk_is_faster``: 128 gene loci padded to 5,318 positions would take two waves
+    of 3,840-position chunks (and their fix-ups) against one wave of one chunk each; a ragged batch
+    of 83 loci up to 19 kb keeps its chunks (the padded estimate is not 25% cheaper), and so do
+    batches whose chunks fit one wave."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    def chunks(B, T, K=960):
+        return make_plan(B, T, K, 59, device="cuda").n_chunks
+
+    assert chunks(128, 5318) == 1 and chunks(100, 8000) == 1
+    assert chunks(83, 19079) == 5 and chunks(64, 10000) == 3 and chunks(8, 118212) == 31
+    assert chunks(4, 100_000) == 33 and chunks(16, 20000) == 8  # one wave: unchanged
+    monkeypatch.setattr(plan_mod, "WAVES_RULE", False)
+    assert chunks(128, 5318) == 2 and chunks(100, 8000) == 3
