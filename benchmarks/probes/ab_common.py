@@ -47,3 +47,49 @@ def interleaved(settings, model, K, runs, detached_forward=True):
             times[n]["fwdbwd"].append(step(n, True)[0])
     med = {n: {k: 1e3 * statistics.median(v) for k, v in d.items()} for n, d in times.items()}
     return out, times, med
+
+
+def plan_flag_ab(flag, values, shapes, out_path, runs=7):
+    """A/B of a ``plan`` module flag through the public API on random models at ``shapes``:
+    ``values`` ``{setting name: flag value}`` (the first the baseline), the plan each setting makes
+    for a differentiated forward, interleaved medians (:func:`interleaved`), whether log Z and the
+    gradients are bitwise equal and, where not, their largest differences relative to the
+    baseline's largest value. Writes the report to ``out_path`` and leaves the flag at its value
+    before the call."""
+    import json
+
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    before = getattr(plan_mod, flag)
+    settings = {name: (lambda v=v: setattr(plan_mod, flag, v)) for name, v in values.items()}
+    base, other = list(values)[:2]
+    res = {"device": torch.cuda.get_device_name(), "runs": runs, "flag": flag, "values": values, "shapes": {}}
+    rel = lambda x, y: float((x.double() - y.double()).abs().max() / y.double().abs().max().clamp_min(1e-30))  # noqa: E731
+    for (B, T, K, C) in shapes:
+        model = random_model(B, T, K, C)
+        plans = {}
+        for name, switch in settings.items():
+            switch()
+            p = launch.plan_for(model[0], model[1], K, "log", backward=True)
+            plans[name] = {"chunk": p.chunk, "n_chunks": p.n_chunks, "beta_early": p.beta_early}
+        out, times, med = interleaved(settings, model, K, runs)
+        a, b = out[base], out[other]
+        same = bool(torch.equal(a[0], b[0]) and all(torch.equal(p, q) for p, q in zip(a[1], b[1])))
+        diff = {"log_z": rel(b[0], a[0]), **{n: rel(p, q) for n, p, q in zip(("cum", "tr", "db"), b[1], a[1])}}
+        key = f"{B},{T},{K},{C}"
+        res["shapes"][key] = {"plans": plans, "median_ms": med, "times_s": times, "max_rel_diff": diff,
+                              "bitwise_equal": same}
+        print(key, plans, med, diff, "bitwise equal:", same, flush=True)
+    setattr(plan_mod, flag, before)
+    json.dump(res, open(out_path, "w"), indent=1)
+    return res
+
+
+def plan_flag_cli(flag, values, shapes):
+    """``plan_flag_ab`` from a probe's command line: ``OUT.json ["B,T,K,C;B,T,K,C"]``."""
+    import sys
+
+    if len(sys.argv) > 2:
+        shapes = [tuple(int(x) for x in shape.split(",")) for shape in sys.argv[2].split(";")]
+    return plan_flag_ab(flag, values, shapes, sys.argv[1])
