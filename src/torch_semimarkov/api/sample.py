@@ -46,7 +46,7 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     """Engine sampling: one forward keeping every position's ``alpha_hat`` / ``U_hat`` and
     frames, then ``num_samples·B`` walks by the chunked, merging walk (``sample_chunked``)."""
     from torch_semimarkov.engines.triton import launch, parallel
-    from torch_semimarkov.engines.triton.plan import _sms, sample_chunk_length
+    from torch_semimarkov.engines.triton.plan import sample_chunk_length
 
     S, B, T, K = num_samples, inp.batch, inp.T, inp.K
     dev = inp.cum_scores.device
@@ -57,7 +57,7 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     traced = torch.where(ok, inp.lengths, torch.zeros_like(inp.lengths))
     uniforms = torch.rand((S * B, T + 1, 2), generator=generator, device=dev, dtype=torch.float32)
     K_eff = min(K, max(T, 1))
-    chunk = sample_chunk_length(S * B, T, K_eff, _sms(dev))
+    chunk = sample_chunk_length(S * B, T, K_eff, dev)
     c = lambda x: x.contiguous()  # noqa: E731
     labels, starts, _ = parallel.sample_chunked(saved, frames, c(inp.cum_scores), c(inp.transition),
                                                 c(inp.duration_bias), c(traced), uniforms, K_eff, chunk)

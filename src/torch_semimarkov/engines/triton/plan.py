@@ -490,13 +490,13 @@ def entropy_chunk(B: int, T: int, K_eff: int, plan: KernelPlan, device) -> int:
     return max(2 * K_eff, 64, -(-T // want))
 
 
-def sample_chunk_length(rows: int, T: int, K: int, sms: int) -> int:
-    """Chunk length of the sampling walk: about 32 one-warp programs per multiprocessor (a walk
-    is a chain of dependent loads, so more programs in flight hide the latency), each chunk at
-    least K (a segment crosses at most one boundary) and 64 long."""
+def sample_chunk_length(rows: int, T: int, K: int, device) -> int:
+    """Chunk length of the sampling walk on ``device``: about 32 one-warp programs per
+    multiprocessor (a walk is a chain of dependent loads, so more programs in flight hide the
+    latency), each chunk at least K (a segment crosses at most one boundary) and 64 long."""
     if CHUNK_OVERRIDE is not None:
         return max(int(CHUNK_OVERRIDE), K, 1)
-    want = max(1, -(-32 * sms // max(rows, 1)))
+    want = max(1, -(-32 * _sms(device) // max(rows, 1)))
     return max(K, 64, -(-T // want))
 
 
