@@ -127,3 +127,40 @@ def test_batches_of_several_waves_run_one_chunk_where_that_is_faster(monkeypatch
     assert chunks(4, 100_000) == 33 and chunks(16, 20000) == 8  # one wave: unchanged
     monkeypatch.setattr(plan_mod, "WAVES_RULE", False)
     assert chunks(128, 5318) == 2 and chunks(100, 8000) == 3
+
+
+def test_the_fixups_take_the_plans_tolerance(monkeypatch):
+    """The blocked engine's log semiring converges at BLOCKED_LOG_TOL (its sums of ~K·C terms round
+    differently in two frames, GPU_NOTES 68); its max semiring and the register-ring kernels keep
+    FIXUP_TOL. Every chunked launch is given the plan's tolerance."""
+    from kernel_cases import inputs, validated
+
+    from torch_semimarkov.engines.triton import launch, parallel
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    assert plan_mod.BLOCKED_LOG_TOL > plan_mod.FIXUP_TOL
+    seen = []
+    real = parallel._three_phases
+
+    def spy(kernel, B, n, args, meta, steps):
+        seen.append((kernel.fn.__name__, args["TOL"]))
+        return real(kernel, B, n, args, meta, steps)
+
+    monkeypatch.setattr(parallel, "_three_phases", spy)
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
+    v = validated(inputs((1, 13, 3, 3, None, "none", False), seed=4))
+    for blocked in (True, False):
+        monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", blocked)
+        for sr in ("log", "max"):
+            p = launch.plan_for(v.cum_scores, v.transition, v.K, sr, time_parallel=True)
+            assert p.time_parallel and (p.kind == "mem") == blocked
+            assert plan_mod.fixup_tol(p, sr) == (plan_mod.BLOCKED_LOG_TOL if blocked and sr == "log"
+                                                 else plan_mod.FIXUP_TOL)
+            seen.clear()
+            _, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr,
+                                             None, None, plan=p)
+            if sr == "log":
+                launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None,
+                                       plan=p, state=state)
+            assert seen and all(tol == plan_mod.fixup_tol(p, sr) for _, tol in seen), seen
+            assert {name for name, _ in seen} >= ({"_blk_chunks_kernel"} if blocked else {"_fwd_reg_chunks_kernel"})

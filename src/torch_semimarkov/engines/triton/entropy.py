@@ -729,8 +729,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     from torch_semimarkov.engines.torch.reference import feasible, zero_rows
     from torch_semimarkov.engines.triton.launch import _prepare
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel
-    from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, marginal_chunks
-    from torch_semimarkov.engines.triton.parallel import (TOL, _chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
+    from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, fixup_tol, marginal_chunks
+    from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
     if not (plan.time_parallel and plan.kind == "reg"):
@@ -764,7 +764,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
                     w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=status,
                     src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
-                    s_w_b=T1 * C, s_f_b=T1, TOL=TOL, **mask_fwd)
+                    s_w_b=T1 * C, s_f_b=T1, TOL=fixup_tol(plan, "log"), **mask_fwd)
         _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
         return saved[0], saved[1], frames, h, hu, forward_offsets(fh, delta, We)
 
@@ -777,7 +777,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
                     x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=status, src_ptr=src,
                     dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
-                    s_x_b=T1 * C, s_g_b=T1, TOL=TOL, **mask_bwd)
+                    s_x_b=T1 * C, s_g_b=T1, TOL=fixup_tol(plan, "log"), **mask_bwd)
         _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
         return x_hat, g, hy, backward_offsets(gh, delta, We)
 

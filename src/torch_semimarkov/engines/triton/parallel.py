@@ -15,12 +15,7 @@ from typing import Optional
 import torch
 
 from torch_semimarkov.engines.triton.common import REBASE
-from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, label_pad, walk_blocks
-
-#: Two runs are one up to a constant when every value of their last K rows differs by one offset
-#: to within TOL * (1 + |value|): about 8 float32 ulps of each value.
-TOL = 1e-6
-
+from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, fixup_tol, label_pad, walk_blocks
 
 @dataclass
 class ChunkStats:
@@ -86,7 +81,7 @@ def _start_state(K, C, boundary, dev):
 
 
 def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                    plan: KernelPlan, tol: float = TOL, masks=None):
+                    plan: KernelPlan, tol: Optional[float] = None, masks=None):
     """Every position's forward state by the chunked fix-up: the register-ring kernel for a
     (C, C) transition, the direct recurrence (state: the last K alpha rows) for a (K, C, C) one.
 
@@ -121,7 +116,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         pe_ptr=proj_end if proj_end is not None else cum_scores,
         a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
         st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1, TOL=float(tol),
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
+        TOL=float(fixup_tol(plan, semiring) if tol is None else tol),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -138,7 +134,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
 
 
 def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
-                 tol: float = TOL, masks=None):
+                 tol: Optional[float] = None, masks=None):
     """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
     chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
     recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
@@ -167,7 +163,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         ps_ptr=proj_start if proj_start is not None else cum_scores,
         pe_ptr=proj_end if proj_end is not None else cum_scores,
         x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1, TOL=float(tol),
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1,
+        TOL=float(fixup_tol(plan, "log") if tol is None else tol),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -343,7 +340,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         r_ptr=rows[0] if reverse else rows[1], a_ptr=rows[0], f_ptr=frames, bk_ptr=bk, bc_ptr=bc,
         e32=e32, e64=e64, sc_ptr=scratch, sk_ptr=scratch_k, st_ptr=status, src_ptr=src, dl_ptr=delta,
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=float(tol),
+        TOL=float(fixup_tol(plan, semiring) if tol is None else tol),
     )
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta

@@ -73,6 +73,17 @@ MARG_WARPS = 4
 #: Warps of the blocked memory-ring engine.
 BLOCKED_WARPS = 8
 
+#: A fix-up stops once its last K rows agree with the stored ones up to one offset, every value to
+#: within ``tol * (1 + |value|)``: FIXUP_TOL is about 8 float32 ulps of each value.
+FIXUP_TOL = 1e-6
+#: The blocked engine's log-semiring sums (about 128 ulps). Each value there sums ~K·C terms in
+#: blocks, and two runs in different frames round them differently: at K = 960 a row missed
+#: FIXUP_TOL now and then, and one such row keeps the window open for K more positions, so the
+#: slowest chunk's fix-up ran up to 2.3·K (the minimum is K + 2). With this tolerance every fix-up
+#: of the random genomics models stopped at K + 2; log Z, the gradients' distance from float64 and
+#: the Viterbi labels did not change (GPU_NOTES 68).
+BLOCKED_LOG_TOL = 1.6e-5
+
 #: Tests set this to True / False to force (or forbid) computing beta during the forward
 #: (:attr:`KernelPlan.beta_early`); None: the plan's own choice.
 BETA_EARLY_OVERRIDE: Optional[bool] = None
@@ -271,6 +282,15 @@ def beta_early(B: int, n_chunks: int, sms: int, semiring: str, on_cuda: bool) ->
     if BETA_EARLY_OVERRIDE is not None:
         return bool(BETA_EARLY_OVERRIDE)
     return semiring == "log" and on_cuda and 2 * B * n_chunks <= sms
+
+
+def fixup_tol(plan: "KernelPlan", semiring: str) -> float:
+    """The fix-ups' convergence tolerance (:data:`FIXUP_TOL`, or :data:`BLOCKED_LOG_TOL` for the
+    blocked engine's log semiring; its max semiring, whose backpointers pick among near-ties,
+    keeps the tight one)."""
+    if plan.kind == "mem" and plan.time_parallel and semiring == "log":
+        return BLOCKED_LOG_TOL
+    return FIXUP_TOL
 
 
 def make_plan(
