@@ -132,14 +132,16 @@ if HAS_TRITON:
             dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
             x = v[None, :, :] + dv.to(tl.float32)
             x = tl.where(m3, x, 2 * MASK)
-            bm = tl.max(x, 1)
             if IS_MAX:
-                bk = tl.min(tl.where(x == bm[:, None, :], kk[:, :, None], 2147483647), 1)
+                # the largest term and its first row (the smallest duration: kk grows with rho, and
+                # every masked term lies past the block's allowed rows) in one reduction over rows
+                bm, bi = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
+                bk = ii[:, None] + r0 + bi
                 upd = bm > run_m
                 run_k = tl.where(upd, bk, run_k)
                 run_m = tl.where(upd, bm, run_m)
             else:
-                nm = tl.maximum(run_m, bm)
+                nm = tl.maximum(run_m, tl.max(x, 1))
                 run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
                 run_m = nm
         if IS_MAX:
