@@ -17,6 +17,7 @@ import torch
 from torch_semimarkov.engines.triton.common import REBASE
 from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, fixup_tol, label_pad, walk_blocks
 
+
 @dataclass
 class ChunkStats:
     """What the fix-ups did, per (sequence, chunk): ``converged`` (B, n) bool (the chunk's last
@@ -89,7 +90,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
     (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
-    of a constrained call ((C, C) transitions only; see ``limits.py``).
+    of a constrained call ((C, C) transitions only; see ``limits.py``). ``tol``: the fix-ups'
+    convergence tolerance (None: the plan's, :func:`~.plan.fixup_tol`).
     """
     from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
@@ -139,7 +141,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
     recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
 
-    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
+    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``. ``tol``: as for
+    :func:`forward_chunked`.
     """
     from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
 
