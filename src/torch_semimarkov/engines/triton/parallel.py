@@ -82,7 +82,7 @@ def _start_state(K, C, boundary, dev):
 
 
 def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                    plan: KernelPlan, tol: Optional[float] = None, masks=None):
+                    plan: KernelPlan, masks=None):
     """Every position's forward state by the chunked fix-up: the register-ring kernel for a
     (C, C) transition, the direct recurrence (state: the last K alpha rows) for a (K, C, C) one.
 
@@ -90,14 +90,14 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
     (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
-    of a constrained call ((C, C) transitions only; see ``limits.py``). ``tol``: the fix-ups'
-    convergence tolerance (None: the plan's, :func:`~.plan.fixup_tol`).
+    of a constrained call ((C, C) transitions only; see ``limits.py``). The fix-ups converge to
+    the plan's tolerance (:func:`~.plan.fixup_tol`).
     """
     from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
 
     if plan.kind == "mem":
         return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                               plan, tol, reverse=False, masks=masks)
+                               plan, reverse=False, masks=masks)
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
@@ -119,7 +119,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
         st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
         C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=float(fixup_tol(plan, semiring) if tol is None else tol),
+        TOL=fixup_tol(plan, semiring),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -136,19 +136,18 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
 
 
 def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
-                 tol: Optional[float] = None, masks=None):
+                 masks=None):
     """Every ``Y_hat_t = pe_{t-1} + beta_hat_t`` row (t = 1..L) and its global frame, by the
     chunked fix-up of the beta recurrence (register ring for a (C, C) transition; the direct
     recurrence, state beta_hat and K-1 Y rows, for a (K, C, C) one).
 
-    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``. ``tol``: as for
-    :func:`forward_chunked`.
+    Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
     """
     from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
 
     if plan.kind == "mem":
         x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
-                                             proj_end, plan, tol, reverse=True, masks=masks)
+                                             proj_end, plan, reverse=True, masks=masks)
         return x_hat[0], g, stats
     B, T1, C = cum_scores.shape
     T = T1 - 1
@@ -167,7 +166,7 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         pe_ptr=proj_end if proj_end is not None else cum_scores,
         x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
         C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1,
-        TOL=float(fixup_tol(plan, "log") if tol is None else tol),
+        TOL=fixup_tol(plan, "log"),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -312,7 +311,7 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: O
 
 
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
-                    plan: KernelPlan, tol: float, reverse: bool, masks=None):
+                    plan: KernelPlan, reverse: bool, masks=None):
     """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
     in the layouts of the register-ring chunk kernels: forward ``(saved (2, B, T+1, C), frames,
     bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
@@ -343,7 +342,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         r_ptr=rows[0] if reverse else rows[1], a_ptr=rows[0], f_ptr=frames, bk_ptr=bk, bc_ptr=bc,
         e32=e32, e64=e64, sc_ptr=scratch, sk_ptr=scratch_k, st_ptr=status, src_ptr=src, dl_ptr=delta,
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=float(fixup_tol(plan, semiring) if tol is None else tol),
+        TOL=fixup_tol(plan, semiring),
     )
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta

@@ -238,14 +238,20 @@ def chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
     return max(4 * K_eff, 64, -(-T // want))
 
 
+def _blocked_chunk(T: int, K_eff: int, programs: int, B: int, longest: int) -> int:
+    """A blocked-engine chunk for about ``programs`` programs over B full-length sequences: at
+    least 1.5·K and 64 long, at most ``longest``."""
+    per = max(1, programs // max(B, 1))
+    return max(3 * K_eff // 2, 64, min(longest, -(-T // per)))
+
+
 def blocked_chunk_length(B: int, T: int, K_eff: int, sms: int) -> int:
     """Chunk length W of the blocked memory-ring engine: about one program per multiprocessor
     for a batch of full-length sequences, each chunk at least 1.5·K and 64 long and at most 4·K
     (a ragged batch's long sequences then still take many chunks)."""
     if CHUNK_OVERRIDE is not None:
         return max(int(CHUNK_OVERRIDE), K_eff)
-    per = max(1, sms // max(B, 1))
-    return max(3 * K_eff // 2, 64, min(4 * K_eff, -(-T // per)))
+    return _blocked_chunk(T, K_eff, sms, B, 4 * K_eff)
 
 
 def split_chunk_length(B: int, T: int, K_eff: int, sms: int) -> Optional[int]:
@@ -255,8 +261,7 @@ def split_chunk_length(B: int, T: int, K_eff: int, sms: int) -> Optional[int]:
     waits no longer than for the forward and beta of 4·K chunks one after the other), or None where
     the two recurrences' ``2 · B · n_chunks`` programs would still not fit in one wave. The forward
     then takes about ``W + K`` steps and beta runs in the same time, instead of ``2 · (W/2 + K)``."""
-    per = max(1, (sms // 2) // max(B, 1))
-    W = max(3 * K_eff // 2, 64, min(8 * K_eff, -(-T // per)))
+    W = _blocked_chunk(T, K_eff, sms // 2, B, 8 * K_eff)
     n = -(-T // W)
     return W if 2 * B * n <= sms else None
 
