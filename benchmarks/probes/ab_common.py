@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from torch_semimarkov import semi_crf_streaming_forward
+from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi
 
 
 def random_model(B, T, K, C, seed=0):
@@ -20,12 +20,14 @@ def random_model(B, T, K, C, seed=0):
     return cum, tr, db, torch.full((B,), T, device="cuda")
 
 
-def interleaved(settings, model, K, runs, detached_forward=True):
+def interleaved(settings, model, K, runs, detached_forward=True, viterbi=False):
     """``settings``: ``{name: callable}`` that switches the code under test to that setting. Two
     warm-up calls per setting (the second's log Z and gradients kept), then ``runs`` rounds of a
-    forward and a forward+backward per setting in turn. Returns ``(outputs, times_s, median_ms)``."""
+    forward and a forward+backward (and with ``viterbi`` a Viterbi decode) per setting in turn.
+    Returns ``(outputs, times_s, median_ms)``; with ``viterbi`` each setting's outputs also hold
+    its Viterbi scores and labels."""
     cum, tr, db, lengths = model
-    times = {n: {"fwd": [], "fwdbwd": []} for n in settings}
+    times = {n: {"fwd": [], "fwdbwd": [], **({"viterbi": []} if viterbi else {})} for n in settings}
 
     def step(name, back):
         settings[name]()
@@ -37,19 +39,32 @@ def interleaved(settings, model, K, runs, detached_forward=True):
         torch.cuda.synchronize()
         return time.perf_counter() - t0, z.detach(), grads
 
+    def decode(name):
+        settings[name]()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        r = semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, (r.scores, r.labels)
+
     out = {}
     for n in settings:
         step(n, True)
         out[n] = step(n, True)[1:]
+        if viterbi:
+            decode(n)
+            out[n] = out[n] + decode(n)[1]
     for _ in range(runs):
         for n in settings:
             times[n]["fwd"].append(step(n, False)[0])
             times[n]["fwdbwd"].append(step(n, True)[0])
+            if viterbi:
+                times[n]["viterbi"].append(decode(n)[0])
     med = {n: {k: 1e3 * statistics.median(v) for k, v in d.items()} for n, d in times.items()}
     return out, times, med
 
 
-def plan_flag_ab(flag, values, shapes, out_path, runs=7):
+def plan_flag_ab(flag, values, shapes, out_path, runs=7, viterbi=False):
     """A/B of a ``plan`` module flag through the public API on random models at ``shapes``:
     ``values`` ``{setting name: flag value}`` (the first the baseline), the plan each setting makes
     for a differentiated forward, interleaved medians (:func:`interleaved`), whether log Z and the
@@ -73,10 +88,13 @@ def plan_flag_ab(flag, values, shapes, out_path, runs=7):
             switch()
             p = launch.plan_for(model[0], model[1], K, "log", backward=True)
             plans[name] = {"chunk": p.chunk, "n_chunks": p.n_chunks, "beta_early": p.beta_early}
-        out, times, med = interleaved(settings, model, K, runs)
+        out, times, med = interleaved(settings, model, K, runs, viterbi=viterbi)
         a, b = out[base], out[other]
         same = bool(torch.equal(a[0], b[0]) and all(torch.equal(p, q) for p, q in zip(a[1], b[1])))
         diff = {"log_z": rel(b[0], a[0]), **{n: rel(p, q) for n, p, q in zip(("cum", "tr", "db"), b[1], a[1])}}
+        if viterbi:
+            same = same and bool(torch.equal(a[2], b[2]) and torch.equal(a[3], b[3]))
+            diff.update(viterbi_score=rel(b[2], a[2]), viterbi_labels_equal=float((a[3] == b[3]).double().mean()))
         key = f"{B},{T},{K},{C}"
         res["shapes"][key] = {"plans": plans, "median_ms": med, "times_s": times, "max_rel_diff": diff,
                               "bitwise_equal": same}
@@ -86,10 +104,10 @@ def plan_flag_ab(flag, values, shapes, out_path, runs=7):
     return res
 
 
-def plan_flag_cli(flag, values, shapes):
+def plan_flag_cli(flag, values, shapes, viterbi=False):
     """``plan_flag_ab`` from a probe's command line: ``OUT.json ["B,T,K,C;B,T,K,C"]``."""
     import sys
 
     if len(sys.argv) > 2:
         shapes = [tuple(int(x) for x in shape.split(",")) for shape in sys.argv[2].split(";")]
-    return plan_flag_ab(flag, values, shapes, sys.argv[1])
+    return plan_flag_ab(flag, values, shapes, sys.argv[1], viterbi=viterbi)

@@ -105,6 +105,40 @@ def test_blocked_viterbi_ties_break_to_smallest_index(blocked):
     assert cpu(starts)[0].tolist() == [True] * T
 
 
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_blocked_with_more_labels_than_a_warp_has_lanes(semiring, monkeypatch):
+    """C = 40 (C_PAD = 64: the label step's sums and first argmax span more than one warp's 32
+    lanes; the other cases have C <= 7). log Z (or the best score) against the oracle; the
+    gradients against the sequential kernels; Viterbi's labels; all-zero scores tie everywhere
+    and the smallest label wins."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 16))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
+    case = (2, 13, 3, 40, "ragged", "both", False)
+    inp = inputs(case, seed=5)
+    v = validated(inp, semiring)
+    z, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, semiring,
+                                 v.proj_start, v.proj_end, plan=_plan(v, semiring), save_for_backward=False)
+    assert_close(cpu(z), naive_semi_crf(**inp, semiring=semiring), atol=1e-5, rtol=1e-6, msg=semiring)
+    if semiring == "log":
+        z, got = _forward_backward(v, _plan(v, "log"))
+        _, want = _forward_backward(v, None)
+        _assert_grads_close(got, want)
+        return
+    scores, labels, starts = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                                   v.proj_start, v.proj_end, plan=_plan(v, "max"))
+    check_viterbi(inp, scores, labels, starts, v.lengths.tolist())
+    B, T, K, C = 1, 8, 3, 40
+    zero = {"cum_scores": torch.zeros(B, T + 1, C), "transition": torch.zeros(C, C),
+            "duration_bias": torch.zeros(K, C), "lengths": torch.tensor([T]), "K": K, "proj_start": None,
+            "proj_end": None}
+    v = validated(zero, "max")
+    _, labels, starts = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                              plan=_plan(v, "max"))
+    assert cpu(labels)[0].tolist() == [0] * T
+    assert cpu(starts)[0].tolist() == [True] * T
+
+
 @pytest.mark.covering(strength=1)  # the interpreter runs 2 of the 4: each model and each semiring
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])
 @pytest.mark.parametrize("semiring", ["log", "max"])
