@@ -163,4 +163,4 @@ def test_the_fixups_take_the_plans_tolerance(monkeypatch):
                 launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None,
                                        plan=p, state=state)
             assert seen and all(tol == plan_mod.fixup_tol(p, sr) for _, tol in seen), seen
-            assert {name for name, _ in seen} >= ({"_blk_chunks_kernel"} if blocked else {"_fwd_reg_chunks_kernel"})
+            assert {name for name, _ in seen} >= ({"_blk_chunks_kernel"} if blocked else {"_reg_chunks_kernel"})

@@ -9,7 +9,8 @@ Y rows in registers, :func:`beta_step`; also the backward's own log Z = LSE_c(u_
 ``_beta_factored_kernel`` (ring read from memory) and ``_beta_duration_tr_kernel`` ((K, C, C)
 transitions, which also writes P_end).
 
-Time-parallel, ``_beta_reg_chunks_kernel``: the forward's chunk, fix-up and repair scheme
+Time-parallel, ``chunks._reg_chunks_kernel`` with ``REVERSE`` (running :func:`beta_step` through
+``_run_chunk``): the forward's chunk, fix-up and repair scheme
 (``forward.py``) run in reverse. Chunk j owns rows (a_j, b_j]. Its spec run starts at b_j from
 "the sequence ends here" (beta = 0, no segment crosses b_j; the last chunk from the truth,
 beta_L = 0), its fix-up from the end state of chunk j+1 (the state at a_{j+1} = b_j), and the
@@ -170,108 +171,6 @@ if HAS_TRITON:
             p = p0 + o
             m = p <= b
             tl.store(g_b + p, tl.load(g_b + p, mask=m, other=0.0) - delta, mask=m)
-
-    @triton.jit
-    def _beta_reg_chunks_kernel(
-        cum_ptr,  # (B, T+1, C)
-        tr_ptr,  # (C, C)
-        db_ptr,  # (K, C)
-        len_ptr,  # (B,)
-        ps_ptr,  # (B, T, C)
-        pe_ptr,  # (B, T, C)
-        x_ptr,  # (B, T+1, C) float32 out: Y_hat rows
-        g_ptr,  # (B, T+1) float64 out: frame of Y row t
-        e32, e64,  # (2, B, NCH, ...) end states: [0] of every spec run, [1] of non-converged fix-ups
-        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
-        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
-        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j+1's
-        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
-        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
-        C_PAD: tl.constexpr,
-        K_PAD: tl.constexpr,
-        HAS_PS: tl.constexpr,
-        HAS_PE: tl.constexpr,
-        REBASE: tl.constexpr,
-        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
-        IDX64: tl.constexpr = False,
-        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
-        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
-        HAS_MASK: tl.constexpr = False,
-    ):
-        b_id = tl.program_id(0).to(tl.int64)
-        me_b = me_ptr
-        fl_b = fl_ptr
-        if HAS_MASK:
-            me_b = me_ptr + b_id * s_x_b
-            fl_b = fl_ptr + b_id * s_g_b
-        L = tl.load(len_ptr + b_id)
-        if not IDX64:
-            L = L.to(tl.int32)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        oj = tl.arange(0, K_PAD)
-        E32 = K_PAD * C_PAD + 2 * C_PAD
-        E64 = K_PAD + 1
-        cum_b = cum_ptr + b_id * s_cum_b
-        ps_b = ps_ptr + b_id * s_p_b
-        pe_b = pe_ptr + b_id * s_p_b
-        x_b = x_ptr + b_id * s_x_b
-        g_b = g_ptr + b_id * s_g_b
-        row = b_id * NCH
-        half = tl.num_programs(0).to(tl.int64) * NCH
-        # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
-        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
-        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
-        k_max = tl.minimum(K, L)
-        n_b = (L + W - 1) // W  # chunks of this sequence
-        if PHASE == 1:
-            j = tl.program_id(1)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            # "the sequence ends here": beta = 0, no segment crosses b (the last chunk: the truth)
-            beta = tl.where(mc, 0.0, MASK)
-            ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
-            rfr = tl.zeros([K_PAD], dtype=tl.float64)
-            G = tl.sum(tl.zeros([1], tl.float64), 0)
-            s_ref = tl.load(cum_b + tl.minimum(b, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
-            ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
-                a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
-                tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, False, me_b,
-                fl_b, HAS_MASK)
-            e = row + j
-            _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc, C_PAD, K_PAD)
-        else:
-            j0, count = sweep_start(n_b, PHASE, True)
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, True)
-                if redo:
-                    ring, beta, s_ref, rfr, G = _load_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
-                    ring, rfr, beta, G, s_ref, conv, delta, steps, t_low = _run_chunk(
-                        a, b, L, k_max, ring, rfr, beta, G, s_ref, cum_b, ps_b, pe_b, x_b, g_b,
-                        tr, d0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, HAS_PS, HAS_PE, REBASE, True,
-                        me_b, fl_b, HAS_MASK)
-                    if conv != 0:
-                        _fix_suffix_frames(g_b, t_low, b, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                    else:
-                        e = half + row + j
-                        _save_state(e32 + e * E32, e64 + e * E64, live, ring, beta, s_ref, rfr, G, oj, oc,
-                                    C_PAD, K_PAD)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                # the next chunk reads what this one stored (end state, flags) from other threads
-                tl.debug_barrier()
 
     @triton.jit
     def _beta_factored_kernel(
@@ -590,8 +489,8 @@ if HAS_TRITON:
         PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
         IDX64: tl.constexpr = False,
     ):
-        """The time-parallel beta recurrence of a (K, C, C) transition: ``_beta_reg_chunks_kernel``'s
-        phases with a state of beta_hat and K-1 Y rows in memory."""
+        """The time-parallel beta recurrence of a (K, C, C) transition: the phases of the register-ring
+        beta (``chunks._reg_chunks_kernel``) with a state of beta_hat and K-1 Y rows in memory."""
         b_id = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b_id)
         if not IDX64:

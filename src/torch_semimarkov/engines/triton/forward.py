@@ -20,7 +20,8 @@ anything is added to it, so the size of S never costs float32 precision. alpha i
 ``alpha_hat = alpha - F_t`` with the shift F accumulated in float64; a normaliser never shifts by
 an impossible value. The max semiring stores backpointers for the traceback (``traceback.py``).
 
-Time-parallel kernel (``_fwd_reg_chunks_kernel``, same step), one program per (sequence, chunk):
+Time-parallel (``chunks._reg_chunks_kernel``, the chunk driver shared with beta, running
+:func:`reg_step` through ``_run_chunk``), one program per (sequence, chunk):
 a sequence is cut into chunks of W positions. Three launches make every chunk exact:
 
 1. *spec* (grid (B, n_chunks)): every chunk runs from a guessed start state, "the sequence starts
@@ -241,127 +242,6 @@ if HAS_TRITON:
             p = p0 + o
             m = p < t_stop
             tl.store(f_b + p, tl.load(f_b + p, mask=m, other=0.0) - delta, mask=m)
-
-    @triton.jit
-    def _fwd_reg_chunks_kernel(
-        cum_ptr,  # (B, T+1, C) cumulative scores S
-        tr_ptr,  # (C, C) transition [c_src, c_dst]
-        db_ptr,  # (K, C) duration bias
-        len_ptr,  # (B,) int64 lengths
-        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
-        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
-        w_ptr,  # (B, T+1, C) float32: U_hat rows
-        a_ptr,  # (B, T+1, C) float32: alpha_hat rows
-        f_ptr,  # (B, T+1) float64: frame of row s
-        bp_ptr,  # (B, T+1, C) int32: packed backpointers (IS_MAX)
-        e32, e64, eb,  # (2, B, NCH, ...) end states: [0] of every spec run, [1] of non-converged fix-ups
-        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
-        src_ptr,  # (B, NCH) int32: 1 or 2, which of e*[0] / e*[1] ends the chunk's stored rows
-        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j-1's
-        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
-        C, K, W, NCH, s_cum_b, s_p_b, s_w_b, s_f_b, TOL,
-        C_PAD: tl.constexpr,
-        K_PAD: tl.constexpr,
-        IS_MAX: tl.constexpr,
-        HAS_PS: tl.constexpr,
-        HAS_PE: tl.constexpr,
-        REBASE: tl.constexpr,
-        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
-        IDX64: tl.constexpr = False,
-        ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
-        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
-        HAS_MASK: tl.constexpr = False,
-    ):
-        b_id = tl.program_id(0).to(tl.int64)
-        ms_b = ms_ptr
-        fl_b = fl_ptr
-        if HAS_MASK:
-            ms_b = ms_ptr + b_id * s_w_b
-            fl_b = fl_ptr + b_id * s_f_b
-        L = tl.load(len_ptr + b_id)
-        if not IDX64:
-            L = L.to(tl.int32)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        oj = tl.arange(0, K_PAD)
-        E32 = K_PAD * C_PAD + C_PAD
-        E64 = K_PAD + 1
-        EB = K_PAD * C_PAD
-        cum_b = cum_ptr + b_id * s_cum_b
-        ps_b = ps_ptr + b_id * s_p_b
-        pe_b = pe_ptr + b_id * s_p_b
-        w_b = w_ptr + b_id * s_w_b
-        a_b = a_ptr + b_id * s_w_b
-        f_b = f_ptr + b_id * s_f_b
-        bp_b = bp_ptr + b_id * s_w_b
-        row = b_id * NCH
-        # shape: (C_PAD dst, C_PAD src): the reduction over sources runs along the fast axis
-        trT = tl.load(tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
-        d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
-        u0 = tl.max(trT, 1)
-        u0 = u0 + log_(tl.sum(tl.exp(trT - u0[:, None]), 1))
-        k_max = tl.minimum(K, L)
-        half = tl.num_programs(0).to(tl.int64) * NCH  # (B, NCH) entries per end-state buffer
-        if PHASE == 1:
-            j = tl.program_id(1)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            # "the sequence starts here": alpha = 0, no segment crosses a (chunk 0: the truth)
-            alpha = tl.where(mc, 0.0, MASK)
-            ring = tl.full([K_PAD, C_PAD], MASK, tl.float32)
-            rfr = tl.zeros([K_PAD], dtype=tl.float64)
-            bring = tl.zeros([K_PAD, C_PAD], dtype=tl.int32)
-            F = tl.sum(tl.zeros([1], tl.float64), 0)
-            ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
-                a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
-                trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, REBASE, False,
-                ms_b, fl_b, HAS_MASK)
-            e = row + j
-            _save_state(e32 + e * E32, e64 + e * E64, eb + e * EB, live,
-                        ring, alpha, rfr, F, bring, oj, oc, C_PAD, K_PAD, IS_MAX)
-            if live & (b == L):
-                tl.store(a_b + L * C + oc, alpha, mask=mc)
-                tl.store(f_b + L + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
-        else:
-            j0, count = sweep_start(NCH, PHASE, False)
-            # repair: chunk j-1 is "clean" when its stored rows are exact up to its offset and end in
-            # its spec end state (the state chunk j's fix-up started from); chunk 0 always is
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
-                                                     PHASE, False)
-                if redo:
-                    # phase 2: the predecessor's spec end state; repair: the end state of the
-                    # predecessor's stored rows (its spec end, or the end of an exact rerun)
-                    ring, alpha, rfr, F, bring = _load_state(e32 + e * E32, e64 + e * E64, eb + e * EB,
-                                                             live, oj, oc, C_PAD, K_PAD, IS_MAX)
-                    ring, rfr, bring, alpha, F, conv, delta, steps, t_last = _run_chunk(
-                        a, b, L, k_max, ring, rfr, bring, alpha, F, cum_b, ps_b, pe_b, w_b, a_b, f_b, bp_b,
-                        trT, d0, u0, db_ptr, C, oj, oc, mc, TOL, K, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE,
-                        REBASE, True, ms_b, fl_b, HAS_MASK)
-                    if conv != 0:
-                        _fix_prefix_frames(f_b, a, t_last, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                    else:
-                        # an exact rerun that did not converge: its rows are the stored ones now
-                        e = half + row + j
-                        _save_state(e32 + e * E32, e64 + e * E64, eb + e * EB,
-                                    live, ring, alpha, rfr, F, bring, oj, oc, C_PAD, K_PAD, IS_MAX)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                        if b == L:
-                            tl.store(a_b + L * C + oc, alpha, mask=mc)
-                            tl.store(f_b + L + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                # the next chunk reads what this one stored (end state, flags) from other threads
-                tl.debug_barrier()
 
     @triton.jit
     def _fwd_factored_kernel(
@@ -922,7 +802,7 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
     ):
         """The time-parallel direct recurrence of a (K, C, C) transition: the spec / fix-up /
-        repair phases of ``_fwd_reg_chunks_kernel`` with a state of K alpha_hat rows in memory (the
+        repair phases of ``chunks._reg_chunks_kernel`` with a state of K alpha_hat rows in memory (the
         rows the chunk wrote itself, and before its start its predecessor's saved end state)."""
         b_id = tl.program_id(0).to(tl.int64)
         L = tl.load(len_ptr + b_id)

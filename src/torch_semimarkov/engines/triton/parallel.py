@@ -93,7 +93,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     of a constrained call ((C, C) transitions only; see ``limits.py``). The fix-ups converge to
     the plan's tolerance (:func:`~.plan.fixup_tol`).
     """
-    from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel, _fwd_reg_chunks_kernel
+    from torch_semimarkov.engines.triton.chunks import _reg_chunks_kernel
+    from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel
 
     if plan.kind == "mem":
         return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
@@ -128,8 +129,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
     else:
         if masks is not None:
-            args.update(ms_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
-        redone = _three_phases(_fwd_reg_chunks_kernel, B, n, dict(args, w_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
+            args.update(lim_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
+        redone = _three_phases(_reg_chunks_kernel, B, n, dict(args, r_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
                                steps)
     frames = forward_offsets(frames, delta, W)
     return saved, frames, (bp if is_max else None), ChunkStats(status.bool(), steps, redone)
@@ -143,7 +144,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
 
     Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
     """
-    from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel, _beta_reg_chunks_kernel
+    from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel
+    from torch_semimarkov.engines.triton.chunks import _reg_chunks_kernel
 
     if plan.kind == "mem":
         x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
@@ -175,8 +177,11 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
     else:
         if masks is not None:
-            args.update(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
-        redone = _three_phases(_beta_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE), steps)
+            args.update(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+        reg = dict(args, r_ptr=x_hat, f_ptr=g, s_w_b=T1 * C, s_f_b=T1)
+        for name in ("x_ptr", "g_ptr", "s_x_b", "s_g_b"):
+            del reg[name]
+        redone = _three_phases(_reg_chunks_kernel, B, n, reg, dict(meta, REBASE=REBASE, REVERSE=True), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
