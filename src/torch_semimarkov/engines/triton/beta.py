@@ -25,7 +25,6 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
-    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
@@ -464,93 +463,6 @@ if HAS_TRITON:
                                     m2c, C_PAD, HAS_PS, True)
             s -= 1
         return beta, G, conv, delta, b - 1 - s, s + 2
-
-    @triton.jit
-    def _beta_dur_chunks_kernel(
-        cum_ptr,  # (B, T+1, C)
-        tr_ptr,  # (K, C, C)
-        db_ptr,  # (K, C)
-        len_ptr,  # (B,)
-        ps_ptr,  # (B, T, C)
-        pe_ptr,  # (B, T, C)
-        x_ptr,  # (B, T+1, C) float32 out: Y_hat rows
-        g_ptr,  # (B, T+1) float64 out: frame of Y row t
-        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence ends here" (row 0 = 0, the others impossible)
-        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
-        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
-        src_ptr,  # (B, NCH) int32: 1 or 2, which end state ends the chunk's stored rows
-        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j+1's
-        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
-        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
-        C_PAD: tl.constexpr,
-        K_PAD: tl.constexpr,
-        HAS_PS: tl.constexpr,
-        HAS_PE: tl.constexpr,
-        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
-        IDX64: tl.constexpr = False,
-    ):
-        """The time-parallel beta recurrence of a (K, C, C) transition: the phases of the register-ring
-        beta (``chunks._reg_chunks_kernel``) with a state of beta_hat and K-1 Y rows in memory."""
-        b_id = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b_id)
-        if not IDX64:
-            L = L.to(tl.int32)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        m2c = mc[:, None] & mc[None, :]
-        oj = tl.arange(0, K_PAD)
-        E32 = K * C
-        cum_b = cum_ptr + b_id * s_cum_b
-        ps_b = ps_ptr + b_id * s_p_b
-        pe_b = pe_ptr + b_id * s_p_b
-        x_b = x_ptr + b_id * s_x_b
-        g_b = g_ptr + b_id * s_g_b
-        row = b_id * NCH
-        half = tl.num_programs(0).to(tl.int64) * NCH
-        n_b = (L + W - 1) // W  # chunks of this sequence
-        if PHASE == 1:
-            j = tl.program_id(1)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            # "the sequence ends here": beta = 0, no segment crosses b (the last chunk: the truth)
-            beta, G, conv, delta, steps, t_low = _dur_run_chunk(
-                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
-                oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, False)
-            if live:
-                e = row + j
-                _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, i32, i64, K, C, oc, mc, C_PAD)
-        else:
-            j0, count = sweep_start(n_b, PHASE, True)
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, True)
-                if redo:
-                    s32 = e32 + e * E32
-                    s64 = e64 + e * K
-                    beta, G, conv, delta, steps, t_low = _dur_run_chunk(
-                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
-                        oc, mc, m2c, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, True)
-                    if conv != 0:
-                        _fix_suffix_frames(g_b, t_low, b, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                    else:
-                        e = half + row + j
-                        _dur_save_end(e32 + e * E32, e64 + e * K, a, b, beta, G, x_b, g_b, s32, s64, K, C, oc, mc,
-                                      C_PAD)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                # the next chunk reads what this one stored (end state, flags) from other threads
-                tl.debug_barrier()
 
     @triton.jit
     def _beta_duration_tr_kernel(

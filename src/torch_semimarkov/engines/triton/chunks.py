@@ -1,5 +1,6 @@
-"""The register-ring chunk driver: one kernel, ``_reg_chunks_kernel``, runs the time-parallel forward
-and (``REVERSE``) beta recurrence of a (C, C) transition with its ring of K_PAD rows in registers.
+"""The chunk drivers: one kernel runs both time-parallel recurrences, the forward and (``REVERSE``)
+beta: ``_reg_chunks_kernel`` for a (C, C) transition with its ring of K_PAD rows in registers,
+``_dur_chunks_kernel`` for a (K, C, C) transition with its last K rows in memory.
 
 The scheme (``docs/internals.md`` §9) is the same in both directions. One program per (sequence,
 chunk) runs its chunk speculatively from "the sequence starts (ends) here" (PHASE 1); each chunk's
@@ -10,7 +11,9 @@ the two step modules: the forward (``forward.py``: ``reg_step``, state ``(ring, 
 F)`` and in the max semiring the ring of predecessor labels) runs chunk j over rows [a_j, b_j) from
 a_j; beta (``beta.py``: ``beta_step``, state ``(ring, beta_hat, frames, G)`` and the ring's score
 reference S) runs it over (a_j, b_j] from b_j. Here the direction-specific part of the state is
-``extra`` (the label ring; S's reference).
+``extra`` (the label ring; S's reference). The (K, C, C) recurrence (``dur_step``,
+``dur_beta_step``) keeps its state, the last K rows, in memory: its runs start from a saved end
+state (``s32`` / ``s64``).
 """
 
 from __future__ import annotations
@@ -217,6 +220,142 @@ if HAS_TRITON:
                             if b == L:
                                 tl.store(a_b + L * C + oc, st, mask=mc)
                                 tl.store(f_b + L + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
+                    tl.store(st_ptr + row + j, conv.to(tl.int32))
+                    tl.store(dl_ptr + row + j, delta)
+                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    clean_prev = clean
+                else:
+                    if PHASE == 3:
+                        if REVERSE:
+                            if live:
+                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        else:
+                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                # the next chunk reads what this one stored (end state, flags) from other threads
+                tl.debug_barrier()
+
+    @triton.jit
+    def _dur_run(a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
+                 oj, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, REVERSE: tl.constexpr):
+        """One run of a (K, C, C) chunk from the state at ``s32`` / ``s64`` in the recurrence's
+        direction: ``(st, F, converged, delta, steps, edge)`` (the forward's ``t_last``, beta's
+        ``t_low``)."""
+        if REVERSE:
+            st, F, conv, delta, steps, edge = _bw._dur_run_chunk(
+                a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, tr_ptr, db_ptr, C, K,
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, COMPARE)
+        else:
+            st, F, conv, delta, steps, edge = _fw._dur_run_chunk(
+                a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, COMPARE)
+        return st, F, conv, delta, steps, edge
+
+    @triton.jit
+    def _dur_save(e32, e64, a, b, st, F, r_b, f_b, s32, s64, K, C, oc, mc, C_PAD: tl.constexpr,
+                  REVERSE: tl.constexpr):
+        """The end state of a (K, C, C) run: its last K rows (``forward.py`` / ``beta.py``)."""
+        if REVERSE:
+            _bw._dur_save_end(e32, e64, a, b, st, F, r_b, f_b, s32, s64, K, C, oc, mc, C_PAD)
+        else:
+            _fw._dur_save_end(e32, e64, a, b, st, F, r_b, f_b, s32, s64, K, C, oc, mc, C_PAD)
+
+    @triton.jit
+    def _dur_chunks_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (K, C, C) transition [k-1, c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) int64 lengths
+        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
+        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
+        r_ptr,  # (B, T+1, C) float32 out: the stored rows (forward alpha_hat, beta Y_hat)
+        f_ptr,  # (B, T+1) float64 out: their frames
+        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence starts (ends) here"
+        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
+        src_ptr,  # (B, NCH) int32: 1 or 2, which of e*[0] / e*[1] ends the chunk's stored rows
+        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over its predecessor's
+        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
+        C, K, W, NCH, s_cum_b, s_p_b, s_w_b, s_f_b, TOL,
+        C_PAD: tl.constexpr,
+        K_PAD: tl.constexpr,
+        HAS_PS: tl.constexpr,
+        HAS_PE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        REVERSE: tl.constexpr = False,  # beta (else the forward)
+        IS_MAX: tl.constexpr = False,  # the forward's max semiring (packed backpointers)
+        bp_ptr=None,  # forward: (B, T+1, C) int32 out: packed backpointers k * 65536 + c_prev (IS_MAX)
+        T1=None,  # forward: T + 1
+        IDX64: tl.constexpr = False,
+    ):
+        """The time-parallel direct recurrence of a (K, C, C) transition, forward and (``REVERSE``)
+        beta: the phases of :func:`_reg_chunks_kernel` with a state of K rows in memory (the rows the
+        chunk wrote itself, and beyond its start its predecessor's saved end state)."""
+        b_id = tl.program_id(0).to(tl.int64)
+        L = tl.load(len_ptr + b_id)
+        if not IDX64:
+            L = L.to(tl.int32)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        m2 = mc[:, None] & mc[None, :]
+        oj = tl.arange(0, K_PAD)
+        E32 = K * C
+        cum_b = cum_ptr + b_id * s_cum_b
+        ps_b = ps_ptr + b_id * s_p_b
+        pe_b = pe_ptr + b_id * s_p_b
+        r_b = r_ptr + b_id * s_w_b
+        f_b = f_ptr + b_id * s_f_b
+        bp_b = bp_ptr
+        if not REVERSE:
+            bp_b = bp_ptr + b_id * s_w_b
+        row = b_id * NCH
+        half = tl.num_programs(0).to(tl.int64) * NCH  # (B, NCH) entries per end-state buffer
+        if REVERSE:
+            n_b = (L + W - 1) // W  # chunks of this sequence
+        else:
+            n_b = NCH
+        if PHASE == 1:
+            j = tl.program_id(1)
+            a = tl.cast(j, L.dtype) * W
+            b = tl.minimum(a + W, L)
+            live = a < L
+            # "the sequence starts (ends) here": the first chunk in the run's direction from the truth
+            st, F, conv, delta, steps, edge = _dur_run(
+                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
+                oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False, REVERSE)
+            if live:
+                e = row + j
+                _dur_save(e32 + e * E32, e64 + e * K, a, b, st, F, r_b, f_b, i32, i64, K, C, oc, mc, C_PAD, REVERSE)
+        else:
+            j0, count = sweep_start(n_b, PHASE, REVERSE)
+            # repair: chunk j's predecessor is "clean" when its stored rows are exact up to its offset
+            # and end in its spec end state (the state chunk j's fix-up started from)
+            clean_prev = tl.full([], 1, tl.int32)
+            for jj in range(0, count):
+                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                     PHASE, REVERSE)
+                if redo:
+                    # phase 2: the predecessor's spec end state; repair: the end state of the
+                    # predecessor's stored rows (its spec end, or the end of an exact rerun)
+                    s32 = e32 + e * E32
+                    s64 = e64 + e * K
+                    st, F, conv, delta, steps, edge = _dur_run(
+                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc,
+                        mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True, REVERSE)
+                    if conv != 0:
+                        # the rows the fix-up wrote move into the chunk's system
+                        if REVERSE:
+                            _bw._fix_suffix_frames(f_b, edge, b, delta, 256)
+                        else:
+                            _fw._fix_prefix_frames(f_b, a, edge + 1, delta, 256)
+                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    else:
+                        # an exact rerun that did not converge: its rows are the stored ones now
+                        e = half + row + j
+                        _dur_save(e32 + e * E32, e64 + e * K, a, b, st, F, r_b, f_b, s32, s64, K, C, oc, mc, C_PAD,
+                                  REVERSE)
+                        tl.store(src_ptr + row + j, 2)
+                        clean = conv.to(tl.int32) * 0
                     tl.store(st_ptr + row + j, conv.to(tl.int32))
                     tl.store(dl_ptr + row + j, delta)
                     tl.store(cv_ptr + row + j, steps.to(tl.int32))

@@ -20,8 +20,9 @@ anything is added to it, so the size of S never costs float32 precision. alpha i
 ``alpha_hat = alpha - F_t`` with the shift F accumulated in float64; a normaliser never shifts by
 an impossible value. The max semiring stores backpointers for the traceback (``traceback.py``).
 
-Time-parallel (``chunks._reg_chunks_kernel``, the chunk driver shared with beta, running
-:func:`reg_step` through ``_run_chunk``), one program per (sequence, chunk):
+Time-parallel (``chunks.py``: ``_reg_chunks_kernel`` runs :func:`reg_step` through ``_run_chunk``,
+``_dur_chunks_kernel`` runs :func:`dur_step` through ``_dur_run_chunk``; the same kernels run beta
+with ``REVERSE``), one program per (sequence, chunk):
 a sequence is cut into chunks of W positions. Three launches make every chunk exact:
 
 1. *spec* (grid (B, n_chunks)): every chunk runs from a guessed start state, "the sequence starts
@@ -51,7 +52,6 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, lse_rows, possible_shift, row_offset_bounds, scalar_f64, window_offset
-    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -774,101 +774,6 @@ if HAS_TRITON:
             tl.debug_barrier()
             t += 1
         return alpha, F, conv, delta, t - 1 - a, t - 1
-
-    @triton.jit
-    def _fwd_dur_chunks_kernel(
-        cum_ptr,  # (B, T+1, C) cumulative scores S
-        tr_ptr,  # (K, C, C) transition [k-1, c_src, c_dst]
-        db_ptr,  # (K, C) duration bias
-        len_ptr,  # (B,) int64 lengths
-        ps_ptr,  # (B, T, C) proj_start (read only if HAS_PS)
-        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
-        a_ptr,  # (B, T+1, C) float32: alpha_hat rows
-        f_ptr,  # (B, T+1) float64: frame of row t
-        bp_ptr,  # (B, T+1, C) int32: packed backpointers k * 65536 + c_prev (IS_MAX)
-        i32, i64,  # (K*C,) float32, (K,) float64: "the sequence starts here" (row K-1 = 0, the others impossible)
-        e32, e64,  # (2, B, NCH, K*C) / (2, B, NCH, K) end states: [0] spec runs, [1] non-converged fix-ups
-        st_ptr,  # (B, NCH) int32: 1 if the chunk's last fix-up converged
-        src_ptr,  # (B, NCH) int32: 1 or 2, which of e*[0] / e*[1] ends the chunk's stored rows
-        dl_ptr,  # (B, NCH) float64: delta_j, offset of chunk j's system over chunk j-1's
-        cv_ptr,  # (B, NCH) int32: positions the last fix-up of the chunk ran
-        C, K, W, NCH, T1, s_cum_b, s_p_b, s_w_b, s_f_b, TOL,
-        C_PAD: tl.constexpr,
-        K_PAD: tl.constexpr,
-        IS_MAX: tl.constexpr,
-        HAS_PS: tl.constexpr,
-        HAS_PE: tl.constexpr,
-        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
-        IDX64: tl.constexpr = False,
-    ):
-        """The time-parallel direct recurrence of a (K, C, C) transition: the spec / fix-up /
-        repair phases of ``chunks._reg_chunks_kernel`` with a state of K alpha_hat rows in memory (the
-        rows the chunk wrote itself, and before its start its predecessor's saved end state)."""
-        b_id = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b_id)
-        if not IDX64:
-            L = L.to(tl.int32)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        m2 = mc[:, None] & mc[None, :]
-        oj = tl.arange(0, K_PAD)
-        E32 = K * C
-        cum_b = cum_ptr + b_id * s_cum_b
-        ps_b = ps_ptr + b_id * s_p_b
-        pe_b = pe_ptr + b_id * s_p_b
-        a_b = a_ptr + b_id * s_w_b
-        f_b = f_ptr + b_id * s_f_b
-        bp_b = bp_ptr + b_id * s_w_b
-        row = b_id * NCH
-        half = tl.num_programs(0).to(tl.int64) * NCH  # (B, NCH) entries per end-state buffer
-        if PHASE == 1:
-            j = tl.program_id(1)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            # "the sequence starts here": alpha = 0, no segment crosses a (chunk 0: the truth)
-            alpha, F, conv, delta, steps, t_last = _dur_run_chunk(
-                a, b, L, i32, i64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
-                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False)
-            if live:
-                e = row + j
-                _dur_save_end(e32 + e * E32, e64 + e * K, a, b, alpha, F, a_b, f_b, i32, i64, K, C, oc, mc, C_PAD)
-        else:
-            j0, count = sweep_start(NCH, PHASE, False)
-            # repair: chunk j-1 is "clean" when its stored rows are exact up to its offset and end in
-            # its spec end state (the state chunk j's fix-up started from); chunk 0 always is
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
-                                                     PHASE, False)
-                if redo:
-                    # phase 2: the predecessor's spec end state; repair: the end state of the
-                    # predecessor's stored rows (its spec end, or the end of an exact rerun)
-                    s32 = e32 + e * E32
-                    s64 = e64 + e * K
-                    alpha, F, conv, delta, steps, t_last = _dur_run_chunk(
-                        a, b, L, s32, s64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
-                        oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True)
-                    if conv != 0:
-                        # rows a .. t_last (t_last < b, or t_last = L) move into the chunk's system
-                        _fix_prefix_frames(f_b, a, t_last + 1, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                    else:
-                        # an exact rerun that did not converge: its rows are the stored ones now
-                        e = half + row + j
-                        _dur_save_end(e32 + e * E32, e64 + e * K, a, b, alpha, F, a_b, f_b, s32, s64, K, C, oc,
-                                      mc, C_PAD)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                # the next chunk reads what this one stored (end state, flags) from other threads
-                tl.debug_barrier()
 
     @triton.jit
     def _fwd_duration_tr_kernel(

@@ -93,8 +93,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     of a constrained call ((C, C) transitions only; see ``limits.py``). The fix-ups converge to
     the plan's tolerance (:func:`~.plan.fixup_tol`).
     """
-    from torch_semimarkov.engines.triton.chunks import _reg_chunks_kernel
-    from torch_semimarkov.engines.triton.forward import _fwd_dur_chunks_kernel
+    from torch_semimarkov.engines.triton.chunks import _dur_chunks_kernel, _reg_chunks_kernel
 
     if plan.kind == "mem":
         return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
@@ -126,7 +125,9 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
     if dur:
         i32, i64 = _start_state(K, C, K - 1, dev)
-        redone = _three_phases(_fwd_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, T1=T1), meta, steps)
+        dur_args = dict(args, r_ptr=saved[0], i32=i32, i64=i64, T1=T1)
+        del dur_args["a_ptr"]
+        redone = _three_phases(_dur_chunks_kernel, B, n, dur_args, meta, steps)
     else:
         if masks is not None:
             args.update(lim_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
@@ -144,8 +145,7 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
 
     Returns ``(x_hat (B, T+1, C) float32, g (B, T+1) float64, stats)``.
     """
-    from torch_semimarkov.engines.triton.beta import _beta_dur_chunks_kernel
-    from torch_semimarkov.engines.triton.chunks import _reg_chunks_kernel
+    from torch_semimarkov.engines.triton.chunks import _dur_chunks_kernel, _reg_chunks_kernel
 
     if plan.kind == "mem":
         x_hat, g, _, stats = _blocked_chunks(cum_scores, transition, duration_bias, lengths, "log", proj_start,
@@ -166,22 +166,19 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
         ps_ptr=proj_start if proj_start is not None else cum_scores,
         pe_ptr=proj_end if proj_end is not None else cum_scores,
-        x_ptr=x_hat, g_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_x_b=T1 * C, s_g_b=T1,
+        r_ptr=x_hat, f_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, "log"),
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
     if dur:
         i32, i64 = _start_state(K, C, 0, dev)
-        redone = _three_phases(_beta_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), meta, steps)
+        redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), dict(meta, REVERSE=True), steps)
     else:
         if masks is not None:
             args.update(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
-        reg = dict(args, r_ptr=x_hat, f_ptr=g, s_w_b=T1 * C, s_f_b=T1)
-        for name in ("x_ptr", "g_ptr", "s_x_b", "s_g_b"):
-            del reg[name]
-        redone = _three_phases(_reg_chunks_kernel, B, n, reg, dict(meta, REBASE=REBASE, REVERSE=True), steps)
+        redone = _three_phases(_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE, REVERSE=True), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
