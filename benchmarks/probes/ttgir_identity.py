@@ -140,9 +140,8 @@ def hash_records(path, out, reverse=(), alias=None):
         sig = {k: ("constexpr" if k in c else t) for k, t in r["signature"].items()}
         text = canonical(_ttgir(ASTSource(fn=fn, signature=sig, constexprs=c), r["num_warps"]), alias)
         rev = r["name"] in reverse or bool(c.get("REVERSE"))
-        key = {k: v for k, v in c.items() if v is not None and k != "REVERSE"}
-        if rev and not key.get("IS_MAX", False):
-            key.pop("IS_MAX", None)  # a folded-in beta takes the kernel's default IS_MAX=False
+        # a flag that is off is a flag the kernel does not have (a fold adds flags, off by default)
+        key = {k: v for k, v in c.items() if v is not None and v is not False and k != "REVERSE"}
         types = {alias.get(n, n): t for n, t in r["signature"].items() if t != "constexpr"}
         res[json.dumps({"REVERSE": rev, **key, "warps": r["num_warps"], "types": sorted(types.items())},
                        sort_keys=True)] = hashlib.sha1(text.encode()).hexdigest()

@@ -18,7 +18,8 @@ segment-start entropies ``hV``). The scores themselves never enter: the values s
 entropy accumulated within a chunk), so float32 rows relative to per-chunk float64 offsets are
 enough.
 
-Time-parallel like the forward (``forward.py``): every chunk runs from a guessed start (entropy
+Time-parallel like the forward (``chunks.py``), one kernel for both directions
+(``_ent_chunks_kernel``, ``REVERSE`` for the suffix entropies): every chunk runs from a guessed start (entropy
 0, the true weights), a fix-up reruns it from its neighbour's end state until the last K rows
 differ from the stored ones by one constant delta (the recurrence is linear and its
 coefficients are stochastic, so the difference becomes a constant as the posterior chain
@@ -198,101 +199,6 @@ if HAS_TRITON:
         return hr, h, hfr, Fh, conv, delta, t - 1 - a, t - 1
 
     @triton.jit
-    def _ent_fwd_chunks_kernel(
-        cum_ptr,  # (B, T+1, C) cumulative scores S
-        tr_ptr,  # (C, C) transition [c_src, c_dst]
-        db_ptr,  # (K, C) duration bias
-        len_ptr,  # (B,) lengths
-        a_ptr,  # (B, T+1, C) alpha_hat rows (the forward's)
-        w_ptr,  # (B, T+1, C) U_hat rows (the forward's)
-        f_ptr,  # (B, T+1) float64 global frames of those rows
-        h_ptr,  # (B, T+1, C) float32 out: h_s relative to the frame of row s
-        hu_ptr,  # (B, T+1, C) float32 out: hU_s relative to the frame of row s
-        fh_ptr,  # (B, T+1) float64 out: frames of the h / hU rows (chunk j's system)
-        e32, e64,  # (2, B, NCH, ...) end states: [0] spec runs, [1] non-converged fix-ups
-        st_ptr, src_ptr, dl_ptr, cv_ptr,  # (B, NCH): converged, source of the end state, delta, steps
-        C, K, W, NCH, s_cum_b, s_w_b, s_f_b, TOL,
-        C_PAD: tl.constexpr,
-        K_PAD: tl.constexpr,
-        REBASE: tl.constexpr,
-        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
-        IDX64: tl.constexpr = False,
-        ms_ptr=None,  # (B, T+1, C) int32: smallest allowed start of a segment ending at t (HAS_MASK)
-        HAS_MASK: tl.constexpr = False,
-    ):
-        b_id = tl.program_id(0).to(tl.int64)
-        ms_b = ms_ptr
-        if HAS_MASK:
-            ms_b = ms_ptr + b_id * s_w_b
-        L = tl.load(len_ptr + b_id)
-        if not IDX64:
-            L = L.to(tl.int32)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        oj = tl.arange(0, K_PAD)
-        E32 = K_PAD * C_PAD + C_PAD
-        cum_b = cum_ptr + b_id * s_cum_b
-        a_b = a_ptr + b_id * s_w_b
-        w_b = w_ptr + b_id * s_w_b
-        f_b = f_ptr + b_id * s_f_b
-        h_b = h_ptr + b_id * s_w_b
-        hu_b = hu_ptr + b_id * s_w_b
-        fh_b = fh_ptr + b_id * s_f_b
-        E64 = K_PAD + 1
-        row = b_id * NCH
-        half = tl.num_programs(0).to(tl.int64) * NCH
-        # (C_PAD dst, C_PAD src): the predecessor runs along the fast axis
-        trT = tl.load(tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
-        k_max = tl.minimum(K, L)
-        if PHASE == 1:
-            j = tl.program_id(1)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
-            h = tl.zeros([C_PAD], dtype=tl.float32)
-            hfr = tl.zeros([K_PAD], dtype=tl.float64)
-            Fh = tl.sum(tl.zeros([1], tl.float64), 0)
-            hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
-                a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj, oc, mc,
-                TOL, C_PAD, K_PAD, REBASE, False, ms_b, HAS_MASK)
-            e = row + j
-            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
-            if live & (b == L):
-                tl.store(h_b + L * C + oc, h, mask=mc)
-                tl.store(fh_b + L, Fh)
-        else:
-            j0, count = sweep_start(NCH, PHASE, False)
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, NCH, clean_prev, src_ptr, row, half,
-                                                     PHASE, False)
-                if redo:
-                    hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
-                    hr, h, hfr, Fh, conv, delta, steps, t_last = _ent_fwd_run(
-                        a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
-                        oc, mc, TOL, C_PAD, K_PAD, REBASE, True, ms_b, HAS_MASK)
-                    if conv != 0:
-                        _fix_prefix_frames(fh_b, a, t_last, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                    else:
-                        e = half + row + j
-                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                        if b == L:
-                            tl.store(h_b + L * C + oc, h, mask=mc)
-                            tl.store(fh_b + L, Fh)
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                tl.debug_barrier()
-
-    @triton.jit
     def _ent_beta_run(a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
                       mc, TOL,
                       C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr, COMPARE: tl.constexpr,
@@ -396,35 +302,59 @@ if HAS_TRITON:
         return hr, hy, hfr, Gh, conv, delta, b - 1 - s, s + 2
 
     @triton.jit
-    def _ent_beta_chunks_kernel(
-        cum_ptr,  # (B, T+1, C)
-        tr_ptr,  # (C, C)
-        db_ptr,  # (K, C)
-        len_ptr,  # (B,)
-        ps_ptr,  # (B, T, C) (read only if HAS_PS)
-        x_ptr,  # (B, T+1, C) Y_hat rows (beta's)
-        g_ptr,  # (B, T+1) float64 global frames of the Y rows
-        hy_ptr,  # (B, T+1, C) float32 out: h'_t relative to the frame of row t
-        gh_ptr,  # (B, T+1) float64 out: frames of the hY rows (chunk j's system)
-        e32, e64,  # (2, B, NCH, ...) end states
-        st_ptr, src_ptr, dl_ptr, cv_ptr,
-        C, K, W, NCH, s_cum_b, s_p_b, s_x_b, s_g_b, TOL,
+    def _ent_run(a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K, oj,
+                 oc, mc, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, HAS_PS: tl.constexpr,
+                 COMPARE: tl.constexpr, lim_b, fl_b, HAS_MASK: tl.constexpr, REVERSE: tl.constexpr):
+        """One run of an entropy chunk in its direction (:func:`_ent_fwd_run`, :func:`_ent_beta_run`):
+        ``(hr, h, hfr, Fh, converged, delta, steps, edge)``, ``edge`` the forward's ``t_last``, beta's
+        ``t_low``."""
+        if REVERSE:
+            hr, h, hfr, Fh, conv, delta, steps, edge = _ent_beta_run(
+                a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, r_b, f_b, h_b, fh_b, M, db_ptr, C, K, oj, oc, mc, TOL,
+                C_PAD, K_PAD, REBASE, HAS_PS, COMPARE, lim_b, fl_b, HAS_MASK)
+        else:
+            hr, h, hfr, Fh, conv, delta, steps, edge = _ent_fwd_run(
+                a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K, oj, oc, mc,
+                TOL, C_PAD, K_PAD, REBASE, COMPARE, lim_b, HAS_MASK)
+        return hr, h, hfr, Fh, conv, delta, steps, edge
+
+    @triton.jit
+    def _ent_chunks_kernel(
+        cum_ptr,  # (B, T+1, C) cumulative scores S
+        tr_ptr,  # (C, C) transition [c_src, c_dst]
+        db_ptr,  # (K, C) duration bias
+        len_ptr,  # (B,) lengths
+        r_ptr,  # (B, T+1, C) the recurrence's ring rows: U_hat (the forward's), Y_hat (beta's)
+        f_ptr,  # (B, T+1) float64 global frames of those rows
+        h_ptr,  # (B, T+1, C) float32 out: h_s (forward), h'_t (beta) relative to the frame of its row
+        fh_ptr,  # (B, T+1) float64 out: frames of the h rows (chunk j's system)
+        e32, e64,  # (2, B, NCH, ...) end states: [0] spec runs, [1] non-converged fix-ups
+        st_ptr, src_ptr, dl_ptr, cv_ptr,  # (B, NCH): converged, source of the end state, delta, steps
+        C, K, W, NCH, s_cum_b, s_w_b, s_f_b, TOL,
         C_PAD: tl.constexpr,
         K_PAD: tl.constexpr,
-        HAS_PS: tl.constexpr,
         REBASE: tl.constexpr,
-        PHASE: tl.constexpr,
+        PHASE: tl.constexpr,  # 1 spec, 2 fix-up, 3 repair
+        REVERSE: tl.constexpr = False,  # the suffix entropies (beta's direction), else the prefix ones
+        a_ptr=None,  # forward: (B, T+1, C) alpha_hat rows (the forward's)
+        hu_ptr=None,  # forward: (B, T+1, C) float32 out: hU_s relative to the frame of row s
+        ps_ptr=None,  # beta: (B, T, C) proj_start (read only if HAS_PS)
+        s_p_b=None,  # beta: proj_start's batch stride
+        HAS_PS: tl.constexpr = False,
         IDX64: tl.constexpr = False,
-        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
-        fl_ptr=None,  # (B, T+1) int8 flags (HAS_MASK)
+        lim_ptr=None,  # (B, T+1, C) int32: the segment limits, min_start (forward) / max_end (beta) (HAS_MASK)
+        fl_ptr=None,  # beta: (B, T+1) int8 flags of the masks (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
     ):
+        """The prefix (forward) or suffix (``REVERSE``) entropy recurrences, parallel over time: the
+        chunk scheme of ``chunks._reg_chunks_kernel`` over the state (hr, h) of the entropies."""
         b_id = tl.program_id(0).to(tl.int64)
-        me_b = me_ptr
+        lim_b = lim_ptr
         fl_b = fl_ptr
         if HAS_MASK:
-            me_b = me_ptr + b_id * s_x_b
-            fl_b = fl_ptr + b_id * s_g_b
+            lim_b = lim_ptr + b_id * s_w_b
+            if REVERSE:
+                fl_b = fl_ptr + b_id * s_f_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -433,58 +363,88 @@ if HAS_TRITON:
         oj = tl.arange(0, K_PAD)
         E32 = K_PAD * C_PAD + C_PAD
         cum_b = cum_ptr + b_id * s_cum_b
-        ps_b = ps_ptr + b_id * s_p_b
-        x_b = x_ptr + b_id * s_x_b
-        g_b = g_ptr + b_id * s_g_b
-        hy_b = hy_ptr + b_id * s_x_b
-        gh_b = gh_ptr + b_id * s_g_b
+        ps_b = ps_ptr
+        a_b = a_ptr
+        hu_b = hu_ptr
+        if REVERSE:
+            ps_b = ps_ptr + b_id * s_p_b
+        else:
+            a_b = a_ptr + b_id * s_w_b
+        r_b = r_ptr + b_id * s_w_b
+        f_b = f_ptr + b_id * s_f_b
+        h_b = h_ptr + b_id * s_w_b
+        if not REVERSE:
+            hu_b = hu_ptr + b_id * s_w_b
+        fh_b = fh_ptr + b_id * s_f_b
         E64 = K_PAD + 1
         row = b_id * NCH
         half = tl.num_programs(0).to(tl.int64) * NCH
-        # (C_PAD src, C_PAD dst): the segment's label runs along the fast axis
-        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK).to(tl.float32)
-        k_max = tl.minimum(K, L)
-        n_b = (L + W - 1) // W
+        if REVERSE:
+            # (C_PAD src, C_PAD dst): the segment's label runs along the fast axis
+            M = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :],
+                        other=MASK).to(tl.float32)
+            k_max = tl.minimum(K, L)
+            n_b = (L + W - 1) // W
+        else:
+            # (C_PAD dst, C_PAD src): the predecessor runs along the fast axis
+            M = tl.load(tr_ptr + oc[None, :] * C + oc[:, None], mask=mc[:, None] & mc[None, :],
+                        other=MASK).to(tl.float32)
+            k_max = tl.minimum(K, L)
+            n_b = NCH
         if PHASE == 1:
             j = tl.program_id(1)
             a = tl.cast(j, L.dtype) * W
             b = tl.minimum(a + W, L)
             live = a < L
             hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
-            hy = tl.zeros([C_PAD], dtype=tl.float32)
+            h = tl.zeros([C_PAD], dtype=tl.float32)
             hfr = tl.zeros([K_PAD], dtype=tl.float64)
-            Gh = tl.sum(tl.zeros([1], tl.float64), 0)
-            hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
-                a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc, mc, TOL,
-                C_PAD, K_PAD, REBASE, HAS_PS, False, me_b, fl_b, HAS_MASK)
+            Fh = tl.sum(tl.zeros([1], tl.float64), 0)
+            hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
+                a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K, oj,
+                oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, False, lim_b, fl_b, HAS_MASK, REVERSE)
             e = row + j
-            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
+            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
+            if not REVERSE:
+                if live & (b == L):
+                    tl.store(h_b + L * C + oc, h, mask=mc)
+                    tl.store(fh_b + L, Fh)
         else:
-            j0, count = sweep_start(n_b, PHASE, True)
+            j0, count = sweep_start(n_b, PHASE, REVERSE)
             clean_prev = tl.full([], 1, tl.int32)
             for jj in range(0, count):
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, True)
+                                                     PHASE, REVERSE)
                 if redo:
-                    hr, hy, hfr, Gh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
-                    hr, hy, hfr, Gh, conv, delta, steps, t_low = _ent_beta_run(
-                        a, b, L, k_max, hr, hy, hfr, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, C, K, oj, oc,
-                        mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, me_b, fl_b, HAS_MASK)
+                    hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
+                    hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
+                        a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K,
+                        oj, oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, lim_b, fl_b, HAS_MASK, REVERSE)
                     if conv != 0:
-                        _fix_suffix_frames(gh_b, t_low, b, delta, 256)
+                        if REVERSE:
+                            _fix_suffix_frames(fh_b, edge, b, delta, 256)
+                        else:
+                            _fix_prefix_frames(fh_b, a, edge, delta, 256)
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
                         e = half + row + j
-                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, hy, hfr, Gh, oj, oc, C_PAD, K_PAD)
+                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
                         tl.store(src_ptr + row + j, 2)
                         clean = conv.to(tl.int32) * 0
+                        if not REVERSE:
+                            if b == L:
+                                tl.store(h_b + L * C + oc, h, mask=mc)
+                                tl.store(fh_b + L, Fh)
                     tl.store(st_ptr + row + j, conv.to(tl.int32))
                     tl.store(dl_ptr + row + j, delta)
                     tl.store(cv_ptr + row + j, steps.to(tl.int32))
                     clean_prev = clean
                 else:
                     if PHASE == 3:
-                        if live:
+                        if REVERSE:
+                            if live:
+                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        else:
                             clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                 tl.debug_barrier()
 
@@ -745,8 +705,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     c_pad, k_pad, W = plan.c_pad, plan.k_pad, plan.chunk
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
-    mask_fwd = {} if masks is None else dict(ms_ptr=masks[0], HAS_MASK=True)
-    mask_bwd = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+    mask_fwd = {} if masks is None else dict(lim_ptr=masks[0], HAS_MASK=True)
+    mask_bwd = {} if masks is None else dict(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     mask_me = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=entropy_warps(plan),
                 IDX64=plan.idx64)
@@ -762,10 +722,10 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
         e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, a_ptr=saved[0],
-                    w_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=status,
+                    r_ptr=saved[1], f_ptr=frames, h_ptr=h, hu_ptr=hu, fh_ptr=fh, e32=e32, e64=e64, st_ptr=status,
                     src_ptr=src, dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C,
                     s_w_b=T1 * C, s_f_b=T1, TOL=fixup_tol(plan, "log"), **mask_fwd)
-        _three_phases(_ent_fwd_chunks_kernel, B, ne, args, meta, steps)
+        _three_phases(_ent_chunks_kernel, B, ne, args, meta, steps)
         return saved[0], saved[1], frames, h, hu, forward_offsets(fh, delta, We)
 
     def suffix():
@@ -775,10 +735,11 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         gh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
         e32, e64, _, status, src, delta, steps = _chunk_state(B, ne, k_pad * c_pad + c_pad, k_pad + 1, 0, dev)
         args = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
-                    x_ptr=x_hat, g_ptr=g, hy_ptr=hy, gh_ptr=gh, e32=e32, e64=e64, st_ptr=status, src_ptr=src,
+                    r_ptr=x_hat, f_ptr=g, h_ptr=hy, fh_ptr=gh, e32=e32, e64=e64, st_ptr=status, src_ptr=src,
                     dl_ptr=delta, cv_ptr=steps, C=C, K=K_eff, W=We, NCH=ne, s_cum_b=T1 * C, s_p_b=T * C,
-                    s_x_b=T1 * C, s_g_b=T1, TOL=fixup_tol(plan, "log"), **mask_bwd)
-        _three_phases(_ent_beta_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None), steps)
+                    s_w_b=T1 * C, s_f_b=T1, TOL=fixup_tol(plan, "log"), **mask_bwd)
+        _three_phases(_ent_chunks_kernel, B, ne, args, dict(meta, HAS_PS=proj_start is not None, REVERSE=True),
+                      steps)
         return x_hat, g, hy, backward_offsets(gh, delta, We)
 
     if cum_scores.is_cuda and ENTROPY_STREAMS:
