@@ -25,7 +25,6 @@ NAME's variants count as that kernel's ``REVERSE=True`` ones.
 import glob
 import hashlib
 import importlib
-import inspect
 import json
 import os
 import re
@@ -37,42 +36,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # -- the pytest plugin (loaded in every xdist worker with ``-p ttgir_identity``) ----------------------
-_records, _seen = [], set()
+_records = []
 
 
 def pytest_configure(config):
-    names = set(os.environ.get("TTGIR_REC_NAMES", "").split(","))
-    if not names - {""}:
+    if not os.environ.get("TTGIR_REC_NAMES"):
         return
     sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
-    from compile_kernels import _type
-    from triton.runtime import interpreter as interp
+    from compile_kernels import record_launches
 
-    call = interp.GridExecutor.__call__
-
-    def recording(self, *args, **kwargs):
-        if self.fn.__name__ in names:
-            spec = inspect.getfullargspec(self.fn)
-            kept = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
-            bound = inspect.getcallargs(self.fn, *args, **kept)
-            consts = {k: bound[k] for k in self.constexprs}
-            consts.update({k: None for k, v in bound.items() if v is None})
-            sig = {k: ("constexpr" if k in consts else _type(v)) for k, v in bound.items()}
-            rec = {"module": self.fn.__module__, "name": self.fn.__name__, "signature": sig,
-                   "constexprs": consts, "num_warps": int(kwargs.get("num_warps", 4))}
-            key = json.dumps(rec, sort_keys=True)
-            if key not in _seen:
-                _seen.add(key)
-                _records.append(rec)
-        return call(self, *args, **kwargs)
-
-    interp.GridExecutor.__call__ = recording
+    # every distinct launch from now on (the compile check's recorder; filtered when saved)
+    _records.append(record_launches(setattr))
 
 
 def pytest_unconfigure(config):
     out = os.environ.get("TTGIR_REC_OUT")
-    if out:
-        json.dump(_records, open(f"{out}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json", "w"))
+    if out and _records:
+        names = set(os.environ["TTGIR_REC_NAMES"].split(","))
+        keep = [r for r in _records[0] if r["name"] in names]
+        json.dump(keep, open(f"{out}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json", "w"))
 
 
 # -- canonical TTGIR ---------------------------------------------------------------------------------
