@@ -116,7 +116,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
         ps_ptr=proj_start if proj_start is not None else cum_scores,
         pe_ptr=proj_end if proj_end is not None else cum_scores,
-        a_ptr=saved[0], f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
+        f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
         st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
         C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, semiring),
@@ -125,14 +125,13 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
     if dur:
         i32, i64 = _start_state(K, C, K - 1, dev)
-        dur_args = dict(args, r_ptr=saved[0], i32=i32, i64=i64, T1=T1)
-        del dur_args["a_ptr"]
-        redone = _three_phases(_dur_chunks_kernel, B, n, dur_args, meta, steps)
+        redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, r_ptr=saved[0], i32=i32, i64=i64, T1=T1), meta,
+                               steps)
     else:
         if masks is not None:
             args.update(lim_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
-        redone = _three_phases(_reg_chunks_kernel, B, n, dict(args, r_ptr=saved[1], eb=eb), dict(meta, REBASE=REBASE),
-                               steps)
+        redone = _three_phases(_reg_chunks_kernel, B, n, dict(args, a_ptr=saved[0], r_ptr=saved[1], eb=eb),
+                               dict(meta, REBASE=REBASE), steps)
     frames = forward_offsets(frames, delta, W)
     return saved, frames, (bp if is_max else None), ChunkStats(status.bool(), steps, redone)
 
