@@ -87,7 +87,9 @@ def plan_flag_ab(flag, values, shapes, out_path, runs=7, viterbi=False):
         for name, switch in settings.items():
             switch()
             p = launch.plan_for(model[0], model[1], K, "log", backward=True)
-            plans[name] = {"chunk": p.chunk, "n_chunks": p.n_chunks, "beta_early": p.beta_early}
+            pv = launch.plan_for(model[0], model[1], K, "max")
+            plans[name] = {"chunk": p.chunk, "n_chunks": p.n_chunks, "beta_early": p.beta_early,
+                           "helpers": p.helpers, "viterbi_helpers": pv.helpers}
         out, times, med = interleaved(settings, model, K, runs, viterbi=viterbi)
         a, b = out[base], out[other]
         same = bool(torch.equal(a[0], b[0]) and all(torch.equal(p, q) for p, q in zip(a[1], b[1])))

@@ -5,6 +5,7 @@ kernels are compiled for sm_90 with Triton and the bundled ``ptxas -v`` (no devi
 
     python benchmarks/probes/blocked_registers.py            # $OUT/blocked_registers.json
     TILES=32x64x16,16x32x32 LINEAR=None,False,3 python benchmarks/probes/blocked_registers.py
+    HELPERS=0,2 python benchmarks/probes/blocked_registers.py   # also with 2 helper programs a run
 
 Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the log semiring's block sums
 (linear with one shift, log space, residue classes: ``LINEAR``) and the max semiring's; spilled
@@ -31,6 +32,8 @@ from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
 TILES = [tuple(int(x) for x in t.split("x")) for t in os.environ.get("TILES", "32x64x16,16x32x32,16x32x16").split(",")]
 # the log semiring's block sums: None (linear, one shift: dense durations), False (log space), 3 (residue classes)
 LINEAR = [{"None": None, "False": False, "3": 3}[x] for x in os.environ.get("LINEAR", "None,False,3").split(",")]
+# helper programs a run (``plan.HELPERS_OVERRIDE``; > 0 compiles the kernel with its helpers' code)
+HELPERS = [int(x) for x in os.environ.get("HELPERS", "0").split(",")]
 B, T, K, C = 1, 12, 960, 47
 
 
@@ -43,7 +46,9 @@ def main():
     records = record_launches(lambda obj, name, value: (patches.append((obj, name, getattr(obj, name))),
                                                         setattr(obj, name, value)))
     plan_mod.FORCE_BLOCKED = True
-    for tile in TILES:
+    plan_mod.HELP_INLINE = False
+    for tile, helpers in [(t, h) for t in TILES for h in HELPERS]:
+        plan_mod.HELPERS_OVERRIDE = helpers
         plan_mod.BLOCK_OVERRIDE = tile
         for sr, linear in [("log", x) for x in LINEAR] + [("max", None)]:
             plan_mod.BLOCKED_LINEAR = linear
@@ -51,6 +56,7 @@ def main():
             launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, sr, None, None,
                                   plan=p, save_for_backward=False)
     plan_mod.BLOCKED_LINEAR = None
+    plan_mod.HELPERS_OVERRIDE = plan_mod.HELP_INLINE = None
     for obj, name, value in patches:
         setattr(obj, name, value)
     records = [r for r in records if r["name"] == "_blk_chunks_kernel"]
@@ -69,6 +75,7 @@ def main():
             c = r["constexprs"]
             rows.append({"tile": [c.get("BT"), c.get("RB"), c.get("CB")], "linear": c.get("LINEAR"),
                          "is_max": c.get("IS_MAX"), "phase": c.get("PHASE"), "reverse": c.get("REVERSE"),
+                         "helpers": c.get("HELPERS"),
                          "num_warps": r["num_warps"], "registers": r["registers"],
                          "spill_store_bytes": r["spill_store_bytes"], "spill_load_bytes": r["spill_load_bytes"]})
             print(rows[-1], flush=True)

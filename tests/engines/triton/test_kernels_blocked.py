@@ -480,3 +480,106 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     assert plan_mod.make_plan(4, 100000, 960, 47, backward=True) == plan_mod.make_plan(4, 100000, 960, 47)  # no CUDA
     monkeypatch.setattr(plan_mod, "BESIDE_SPLIT", False)
     assert mk(4, 100000, backward=True) == usual
+
+
+def _long_segments_case(seed):
+    """Segments longer than two blocks of 4 carry the model (a duration bias of 0.6·k², K = 9: one
+    segment of 9 gains 24 nats over two of 4 and 5): the rows older than the previous block,
+    which the helpers sum, hold most of each position's mass and often its best term."""
+    inp = inputs((2, 30, 9, 5, "ragged", "both", False), seed=seed)
+    k = torch.arange(1, 10, dtype=inp["duration_bias"].dtype)[:, None]
+    return dict(inp, duration_bias=inp["duration_bias"] + 0.6 * k * k)
+
+
+# the interpreter runs 3 of the 4 (each semiring, each block-sum form, the masks); all 4 on CUDA
+@pytest.mark.parametrize("kind", ["log-space", pytest.param("linear", marks=_FULL), "viterbi", "masks"])
+def test_blocked_helpers_split_the_block_sums_exactly(kind, monkeypatch):
+    """Helpers (``blocked._blk_help``: programs that sum the rows older than the previous block
+    for the next block while the run steps; here 2 of them over 3 label tiles, and on the
+    interpreter the run computes their tiles itself, as it does on a GPU whose helpers do not come):
+    log Z and the gradients (forward and beta runs, their fix-ups), the best score, labels and
+    starts, and the masked log Z equal those without helpers to float32 rounding, and log Z
+    the oracle's, with chunks of 3 blocks so that every run has blocks with a helpers' part."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", kind == "linear")
+    inp = _long_segments_case(8)
+    semiring = "max" if kind == "viterbi" else "log"
+    v = validated(inp, semiring)
+    masks = None
+    if kind == "masks":
+        from torch_semimarkov.engines.triton.limits import engine_limits
+
+        g = torch.Generator().manual_seed(9)
+        lm = torch.rand(2, 30, 5, generator=g) < 0.7
+        lm[..., 0] = True
+        masks = engine_limits(lm.to(v.cum_scores.device), None, 2, 30, 5, v.K, v.cum_scores.device)
+    outs = {}
+    for h in (0, 2):
+        monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", h)
+        p = _plan(v, semiring)
+        assert p.helpers == h and p.n_chunks == 3
+        if kind == "viterbi":
+            outs[h] = [cpu(x) for x in launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths,
+                                                             v.K, v.proj_start, v.proj_end, plan=p)]
+        elif kind == "masks":
+            z, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                         v.proj_start, v.proj_end, plan=p, save_for_backward=False, masks=masks)
+            outs[h] = [cpu(z)]
+        else:
+            z, grads = _forward_backward(v, p)
+            outs[h] = [cpu(z), *grads]
+    if kind == "viterbi":
+        assert_close(outs[2][0], outs[0][0], atol=1e-5, rtol=1e-6)
+        assert torch.equal(outs[2][1], outs[0][1]) and torch.equal(outs[2][2], outs[0][2])
+        check_viterbi(inp, *outs[2], v.lengths.tolist())
+        # all-zero scores tie everywhere: the previous block's rows (shorter durations) win over
+        # the helpers' ties, so every position starts a segment of label 0
+        T = 30
+        zero = {"cum_scores": torch.zeros(1, T + 1, 5), "transition": torch.zeros(5, 5),
+                "duration_bias": torch.zeros(9, 5), "lengths": torch.tensor([T]), "K": 9, "proj_start": None,
+                "proj_end": None}
+        v = validated(zero, "max")
+        _, labels, starts = launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                                  plan=_plan(v, "max"))
+        assert cpu(labels)[0].tolist() == [0] * T and cpu(starts)[0].tolist() == [True] * T
+        return
+    assert_close(outs[2][0], outs[0][0], atol=1e-5, rtol=1e-6)
+    if kind == "masks":
+        assert torch.isfinite(outs[2][0]).all()
+        return
+    assert_close(outs[2][0], naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
+    _assert_grads_close(outs[2][1:], outs[0][1:])
+
+
+def test_blocked_runs_go_on_alone_when_their_helpers_do_not_come(monkeypatch):
+    """Helper programs launched (``HELP_INLINE = False``) give the outputs of a run that computes
+    their tiles itself, bitwise. On the interpreter they never deliver in time (programs run one
+    after another, the run first): the run waits no polls (``SPIN = 0`` off CUDA), computes the
+    tiles in its own slot, and the helpers find it finished and stop. On CUDA they deliver, and
+    the same bits show that the split sums do not depend on which program computed them."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
+    v = validated(_long_segments_case(10))
+    outs = []
+    for inline in (True, False):
+        monkeypatch.setattr(plan_mod, "HELP_INLINE", inline)
+        z, grads = _forward_backward(v, _plan(v, "log"))
+        outs.append([cpu(z), *[cpu(g) for g in grads]])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+def test_helpers_use_the_multiprocessors_the_runs_leave():
+    """One helper per 16 labels at most (a helper takes whole label tiles), three at most, none
+    where the runs fill the GPU or off CUDA; beta's runs beside the forward count."""
+    h = plan_mod.blocked_helpers
+    assert h(32, 1, 47, 132, False, True) == 3  # 32 runs: 4 programs each fit 132
+    assert h(32, 1, 47, 132, True, True) == 1  # with beta's 32 beside: 2 each
+    assert h(1, 17, 47, 132, True, True) == 2  # (1, 10^5, 4000, 47): 34 runs
+    assert h(4, 33, 47, 132, False, True) == 0  # (4, 10^5, 960, 47): the runs fill the GPU
+    assert h(8, 1, 20, 132, False, True) == 2  # 20 labels: two tiles of 16
+    assert h(32, 1, 47, 132, False, False) == 0  # the interpreter

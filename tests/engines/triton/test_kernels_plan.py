@@ -142,9 +142,9 @@ def test_the_fixups_take_the_plans_tolerance(monkeypatch):
     seen = []
     real = parallel._three_phases
 
-    def spy(kernel, B, n, args, meta, steps):
+    def spy(kernel, B, n, args, meta, steps, *rest):
         seen.append((kernel.fn.__name__, args["TOL"]))
-        return real(kernel, B, n, args, meta, steps)
+        return real(kernel, B, n, args, meta, steps, *rest)
 
     monkeypatch.setattr(parallel, "_three_phases", spy)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)

@@ -44,14 +44,19 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
 
+    #: A run's progress once it has ended (``_blk_run``): its helpers stop.
+    HELP_DONE = tl.constexpr(1 << 30)
+
     @triton.jit
     def _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol,
-                   HAS_IN: tl.constexpr, REVERSE: tl.constexpr, PER_LABEL: tl.constexpr):
+                   HAS_IN: tl.constexpr, REVERSE: tl.constexpr, PER_LABEL: tl.constexpr, CM: tl.constexpr):
         """Ring rows ``r`` (RB,) at label columns ``cols`` and their frames: a row the run owns
         (at or past ``start`` in its direction) from the stored rows, a row before the start from
         the incoming state (row m = distance - 1 of ``in32`` / ``in64``, only with ``HAS_IN``),
         else impossible. Returns ``(rows (RB, CB) float32, frames (RB,) float64)``. PER_LABEL:
-        ``r`` and ``ok`` are (RB, CB), a row per label (``_edge_exact``), and so are the frames."""
+        ``r`` and ``ok`` are (RB, CB), a row per label (``_edge_exact``), and so are the frames.
+        CM: the loads' cache modifier (".cg" in a helper, ``_blk_help``: rows that another program
+        wrote while this one ran, which a line cached in L1 before could hide)."""
         if REVERSE:
             own = r <= start
             m = r - start - 1
@@ -63,11 +68,11 @@ if HAS_TRITON:
         rp = tl.where(own, r, 0)
         if PER_LABEL:
             m2o = own & mcol[None, :]
-            v = tl.load(r_b + rp * C + cols[None, :], mask=m2o, other=MASK)
+            v = tl.load(r_b + rp * C + cols[None, :], mask=m2o, other=MASK, cache_modifier=CM)
         else:
             m2o = own[:, None] & mcol[None, :]
-            v = tl.load(r_b + rp[:, None] * C + cols[None, :], mask=m2o, other=MASK)
-        fr = tl.load(f_b + rp, mask=own, other=0.0)
+            v = tl.load(r_b + rp[:, None] * C + cols[None, :], mask=m2o, other=MASK, cache_modifier=CM)
+        fr = tl.load(f_b + rp, mask=own, other=0.0, cache_modifier=CM)
         if HAS_IN:
             mp = tl.where(from_in, m, 0)
             if PER_LABEL:
@@ -81,7 +86,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol, orr,
-                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr):
+                  HAS_IN: tl.constexpr, REVERSE: tl.constexpr, CM: tl.constexpr):
         """The old rows rho = r0 .. r0 + RB - 1 of the block after q0, in the block's frame H with
         the segment sums relative to S_{q0}: ``(V (RB, CB), rho, r, ok)``."""
         rho = r0 + orr
@@ -91,7 +96,7 @@ if HAS_TRITON:
         else:
             r = q0 - rho
             ok = (rho < K) & (r >= 0)
-        v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, False)
+        v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, False, CM)
         rp = tl.where(ok, r, 0)
         sr = tl.load(cum_b + rp[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :], other=0.0)
         if REVERSE:
@@ -103,8 +108,10 @@ if HAS_TRITON:
     @triton.jit
     def _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, s_ref, C, K, cols,
                     mcol, orr, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
-                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
-        """Phase A of one label tile in log space, term by term: ``(P (BT, CB), argmax k)``."""
+                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, KR, CM: tl.constexpr):
+        """Phase A of one label tile in log space, term by term, over the old rows rho < KR (K: all
+        of them; BT with helpers: the previous block's rows, ``_help_parts``):
+        ``(P (BT, CB), argmax k)``."""
         run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
         run_s = tl.zeros([BT, CB], dtype=tl.float32)
         run_k = tl.zeros([BT, CB], dtype=tl.int32)
@@ -117,9 +124,9 @@ if HAS_TRITON:
                 qi = q0 + ii
                 limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
                                other=0)
-        for r0 in range(0, K, orr.shape[0]):
+        for r0 in range(0, KR, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE)
+                                      orr, HAS_IN, REVERSE, CM)
             # duration k = i + rho of row rho at position i
             kk = ii[:, None] + rho[None, :]
             vk = vi[:, None] & ok[None, :] & (kk <= K)
@@ -153,7 +160,7 @@ if HAS_TRITON:
     @triton.jit
     def _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K, cols, mcol,
                      orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
-                     REVERSE: tl.constexpr):
+                     REVERSE: tl.constexpr, CM: tl.constexpr):
         """The linear-space sum of the old rows against ``ED`` with one shift per label:
         ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] = sum_rho exp(V[rho, c] -
         m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row some position of the block may use
@@ -164,7 +171,7 @@ if HAS_TRITON:
         hi = tl.full([CB], -(1 << 30), tl.int32)
         for r0 in range(0, K, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE)
+                                      orr, HAS_IN, REVERSE, CM)
             # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
             use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
             fin = use & (v > -1e29)
@@ -189,7 +196,7 @@ if HAS_TRITON:
     @triton.jit
     def _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
                      cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
-                     BT: tl.constexpr, REVERSE: tl.constexpr):
+                     BT: tl.constexpr, REVERSE: tl.constexpr, CM: tl.constexpr):
         """The linear-space sum of the old rows every position of the block may use (duration in
         [kmin_c, kmax_c] for i = 1 .. BT), each row raised by ``lam_c · rho`` (the trend taken out
         of ``ED``), with one shift per residue class of the rows modulo 3: ``(acc (BT, CB), M (BT,
@@ -207,7 +214,7 @@ if HAS_TRITON:
         js = (res[None, :] - ii[:, None] + 3 * BT) % 3  # the class that reaches position i
         for r0 in range(0, K, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
-                                      orr, HAS_IN, REVERSE)
+                                      orr, HAS_IN, REVERSE, CM)
             use = ok[:, None] & (rho[:, None] + 1 >= kmin[None, :]) & (rho[:, None] + BT <= kmax[None, :])
             v = tl.where(use, v + lam[None, :] * rho[:, None].to(tl.float32), 2 * MASK)
             cls = (rho % 3)[:, None]
@@ -235,7 +242,8 @@ if HAS_TRITON:
 
     @triton.jit
     def _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref, C, K, cols,
-                    mcol, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr):
+                    mcol, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+                    CM: tl.constexpr):
         """The old rows that only some positions of the block may use, term by term in log space:
         per label, rho in [kmin - BT, kmin - 2] (short durations) and [max(kmax - BT + 1, kmin - 1),
         kmax - 1] (long ones; all of a label's rows where its range is narrower than the block),
@@ -257,7 +265,7 @@ if HAS_TRITON:
             else:
                 r = q0 - rho
                 ok = ok & (r >= 0)
-            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, True)
+            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, cols, mcol, HAS_IN, REVERSE, True, CM)
             sr = tl.load(cum_b + tl.where(ok, r, 0) * C + cols[None, :], mask=ok, other=0.0)
             if REVERSE:
                 v = v + (fr - H).to(tl.float32) + (sr - s_ref[None, :])
@@ -275,7 +283,8 @@ if HAS_TRITON:
     @triton.jit
     def _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, s_ref,
                      C, K, cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
-                     BT: tl.constexpr, REVERSE: tl.constexpr, PERIOD: tl.constexpr):
+                     BT: tl.constexpr, REVERSE: tl.constexpr, PERIOD: tl.constexpr, IO: tl.constexpr,
+                     CM: tl.constexpr):
         """Phase A of one label tile (log semiring) as a product in linear space:
         ``P[i, c] = m_c + MD_c + log sum_rho exp(V[rho, c] - m_c) · ED[i + rho - 1, c]`` with
         ``ED = exp(D - MD_c)`` precomputed (zero past K), ``m_c`` the running maximum of the rows:
@@ -300,13 +309,17 @@ if HAS_TRITON:
           the positions, so that ``ED`` spans little.
 
         With one shift for all rows of a gene grammar, the largest row was often a duration the
-        label may not take and the tile was recomputed term by term on nearly every block."""
+        label may not take and the tile was recomputed term by term on nearly every block.
+
+        IO: the positions are q0 + d·i for i = IO + 1 .. IO + BT (a helper's part, ``_blk_help``):
+        the rows' durations shift by IO, so the rows' selection takes the range [kmin - IO,
+        kmax - IO]."""
         kmin = tl.load(kr_ptr + cols)
         kmax = tl.load(kr_ptr + C_PAD + cols)
         md = tl.load(md_ptr + cols)
         if PERIOD == 1:
-            acc, run_m, lo, hi = _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr,
-                                              s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
+            acc, run_m, lo, hi = _linear_rows(q0, ii, kmin - IO, kmax - IO, start, L, H, r_b, f_b, in32, in64, cum_b,
+                                              ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, CM)
             p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
             possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
                 ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
@@ -314,48 +327,102 @@ if HAS_TRITON:
         else:
             res = tl.load(kr_ptr + 2 * C_PAD + cols)
             lam = tl.load(md_ptr + C_PAD + cols)
-            acc, M, has = _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr,
-                                       s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE)
+            acc, M, has = _linear_core(q0, ii, kmin - IO, kmax - IO, lam, res, start, L, H, r_b, f_b, in32, in64,
+                                       cum_b, ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE,
+                                       CM)
             p = tl.where(acc > 0, M + md[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
             possible = vi[:, None] & mcol[None, :] & has
             need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
             p = tl.where(p > MASK, p + lam[None, :] * ii[:, None].to(tl.float32), p)
-            p = _lae(p, _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref,
-                                    C, K, cols, mcol, HAS_IN, CB, BT, REVERSE))
+            p = _lae(p, _edge_exact(q0, ii, vi, kmin - IO, kmax - IO, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr,
+                                    s_ref, C, K, cols, mcol, HAS_IN, CB, BT, REVERSE, CM))
         return p, need
 
     @triton.jit
     def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                 lim_b, C, K, oi, ob, orr, orx, HAS_IN: tl.constexpr,
+                 lim_b, C, K, oi, ob, orr, orx, cb0, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
-                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr):
-        """The old rows' part of the block's positions q0 + d·i (i = 1 .. nb), written to the
-        scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
-        the segment sums relative to S_{q0}. HAS_MASK: ``lim_b`` (T+1, C) int32 is the segment
-        limit per (position, label), the smallest allowed start (forward) or the largest allowed
-        end (beta) of a segment at that position. LINEAR (log semiring, no masks): the sums as
-        products in linear space (``_tile_linear``), a tile recomputed term by term where a sum
-        underflows."""
+                 REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
+                 CBS: tl.constexpr, IO: tl.constexpr, CM: tl.constexpr):
+        """The old rows' part of the block's positions q0 + d·i (i = IO + 1 .. IO + nb), written to
+        the scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
+        the segment sums relative to S_{q0}, for the label tiles cb0, cb0 + CBS, ... (all of them:
+        cb0 = 0, CBS = CB; a helper's share of them, ``_blk_help``, at IO = BT). HAS_MASK:
+        ``lim_b`` (T+1, C) int32 is the segment limit per (position, label), the smallest allowed
+        start (forward) or the largest allowed end (beta) of a segment at that position. LINEAR
+        (log semiring, no masks): the sums as products in linear space (``_tile_linear``), a tile
+        recomputed term by term where a sum underflows."""
+        ii = oi + 1 + IO
+        vi = oi + 1 <= nb
+        for cb in range(cb0, C, CBS):
+            cols = cb + ob
+            mcol = cols < C
+            s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
+            if LINEAR:
+                p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
+                                       kr_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, LINEAR,
+                                       IO, CM)
+                if need:
+                    # counted in row 3 of the duration ranges (probes: how often the sums underflow)
+                    tl.atomic_add(kr_ptr + 3 * C_PAD, 1)
+                    p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                           s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, K,
+                                           CM)
+            else:
+                p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                       s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, K, CM)
+                if IS_MAX:
+                    tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
+            tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
+
+    @triton.jit
+    def _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, hs_b, hk_b, sc_b, sk_b,
+                    C, K, oi, ob, orm, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                    BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
+        """Phase A of a block after q0 from its two parts: the rows older than the previous block
+        (at or before its start qp, the helpers' sums ``hs_b`` / ``hk_b`` in that block's frame HP
+        relative to S_{qp}) and the previous block's own rows (rho < BT, term by term here),
+        written to the scratch as ``_phase_a`` writes it. The helpers' part has the longer
+        durations, so a tie of the max semiring keeps the previous block's row."""
         ii = oi + 1
         vi = ii <= nb
         for cb in range(0, C, CB):
             cols = cb + ob
             mcol = cols < C
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
-            if LINEAR:
-                p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
-                                       kr_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, LINEAR)
-                if need:
-                    # counted in row 3 of the duration ranges (probes: how often the sums underflow)
-                    tl.atomic_add(kr_ptr + 3 * C_PAD, 1)
-                    p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                           s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
+            s_prev = tl.load(cum_b + qp * C + cols, mask=mcol, other=0.0)
+            p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                   s_ref, C, K, cols, mcol, orm, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, BT, "")
+            m2 = mcol[None, :] & (oi[:, None] < BT)
+            ph = tl.load(hs_b + oi[:, None] * C_PAD + cols[None, :], mask=m2, other=2 * MASK, cache_modifier=".cg")
+            # the helpers' frame (HP, S_{qp}) moved to this block's (H, S_{q0})
+            if REVERSE:
+                shift = (HP - H).to(tl.float32) + (s_prev - s_ref)
             else:
-                p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                       s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK)
-                if IS_MAX:
-                    tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
+                shift = (HP - H).to(tl.float32) - (s_prev - s_ref)
+            ph = tl.where(ph > MASK, ph + shift[None, :], ph)
+            if IS_MAX:
+                kh = tl.load(hk_b + oi[:, None] * C_PAD + cols[None, :], mask=m2, other=0, cache_modifier=".cg")
+                old = ph > p
+                run_k = tl.where(old, kh, run_k)
+                p = tl.where(old, ph, p)
+                tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
+            else:
+                p = _lae(p, ph)
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
+
+    @triton.jit
+    def _wait_for(ptr, target, spins):
+        """Poll the int32 at ``ptr`` (acquire) until it is at least ``target`` or ``spins`` polls
+        have passed; returns the last value read. Every thread of the program sees the writes
+        released before that value (the barrier after the acquire)."""
+        v = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+        n = spins * 0
+        while (v < target) & (n < spins):
+            v = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+            n += 1
+        tl.debug_barrier()
+        return v
 
     @triton.jit
     def _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc,
@@ -417,10 +484,12 @@ if HAS_TRITON:
     @triton.jit
     def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                  sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
+                 hp_b, hf_b, hh_b, hs_b, hk_b, spin, orm,
                  HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr):
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
+                 HELP: tl.constexpr, INLINE: tl.constexpr):
         """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
         ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
         chunk owns (``start`` and every position before ``stop``).
@@ -429,6 +498,15 @@ if HAS_TRITON:
         K rows differ from them by one constant (``row_offset_bounds``, as the register kernels).
         Returns ``(st, F, converged, delta, steps, q_last)``: the state at ``stop`` (when the run
         got there) and ``q_last``, the last row written.
+
+        HELP (> 0, the number of helper programs, ``_blk_help``): at the start of block m the run
+        publishes its frame (``hh_b[m]``) and then m (``hp_b``, release): the rows up to the block's
+        start are stored. The helpers sum the rows older than block m for block m + 1 while this
+        program runs block m's phase B, and block m + 1's phase A only adds the BT rows of block m
+        (``_help_parts``). A helper that has not delivered within ``spin`` polls (not resident, or
+        the interpreter) makes the run compute the helpers' part itself from then on, tile by tile
+        as they would, so the outputs are the same bits either way. INLINE (the interpreter, whose
+        programs run one after another): the run always computes it itself.
         """
         wlo = tl.full([K_PAD], 1e300, tl.float64)
         whi = tl.full([K_PAD], -1e300, tl.float64)
@@ -450,12 +528,47 @@ if HAS_TRITON:
         else:
             left = stop - q0
         steps = left * 0
+        blk = left * 0  # the block's index in the run
+        solo = tl.full([], 0, tl.int32)
+        qp = q0
+        HP = H
         while (left > 0) & (conv == 0):
             nb = tl.minimum(left, BT)
             # rows written by the previous block (other threads) and the scratch it read
             tl.debug_barrier()
-            _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                     lim_b, C, K, oi, ob, orr, orx, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR)
+            split = tl.full([], 0, tl.int32)
+            if HELP > 0:
+                if not INLINE:
+                    # the rows up to q0 are stored: the helpers may sum them for block blk + 1
+                    tl.store(hh_b + blk, H)
+                    tl.debug_barrier()
+                    tl.atomic_xchg(hp_b, blk.to(tl.int32), sem="release", scope="gpu")
+                if blk >= 1:
+                    split = split + 1
+                    slot = (blk % 2) * (BT * C_PAD)
+                    if not INLINE:
+                        if solo == 0:
+                            # a helper that has delivered this block may have gone on to the next
+                            # (the other slot); none can write this block's slot again before
+                            # the run publishes the next block
+                            for h in tl.static_range(HELP):
+                                if _wait_for(hf_b + h, blk.to(tl.int32), spin) < blk:
+                                    solo = solo * 0 + 1
+                    if INLINE or solo != 0:
+                        # the helpers' part computed here, the same sums in the same tiles (so the
+                        # same bits), in a slot of its own that no late helper writes
+                        slot = 2 * (BT * C_PAD)
+                        _phase_a(qp, nb, start, L, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
+                                 hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, 0, HAS_IN, C_PAD, CB, RB,
+                                 BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, CB, BT, "")
+                        tl.debug_barrier()
+                    _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                                hs_b + slot, hk_b + slot, sc_b, sk_b, C, K, oi, ob, orm, HAS_IN, C_PAD, CB, BT,
+                                REVERSE, IS_MAX, HAS_MASK)
+            if split == 0:
+                _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
+                         lim_b, C, K, oi, ob, orr, orx, 0, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR,
+                         CB, 0, "")
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -539,12 +652,61 @@ if HAS_TRITON:
                     q_last = q
                 i += 1
             left -= nb
+            qp = q0
+            HP = H
             if REVERSE:
                 q0 = q0 - nb
             else:
                 q0 = q0 + nb
             H = F
+            blk += 1
+        if HELP > 0:
+            if not INLINE:
+                tl.debug_barrier()
+                tl.atomic_xchg(hp_b, HELP_DONE, sem="release", scope="gpu")
         return st, F, conv, delta, steps, q_last
+
+    @triton.jit
+    def _blk_help(h, start, stop, L, in32, in64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
+                  hp_b, hf_b, hh_b, hs_b, hk_b, spin, C, K, oi, ob, orr, orx, HAS_IN: tl.constexpr,
+                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+                  IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr, HELPERS: tl.constexpr):
+        """Helper h (0 .. HELPERS - 1) of the run from ``start`` to ``stop`` (``_blk_run``): once the run
+        has reached block n (its rows up to the block's start q0_n stored, its frame published), sum
+        the rows at or before q0_n for the positions of block n + 1 (``_phase_a`` at IO = BT, in the
+        frame of block n, relative to S_{q0_n}) over the label tiles h, h + HELPERS, ... into the
+        slot of block n + 1, and release n + 1; then block n + 2, in order. Stops when the run ends,
+        has no block n + 1, or does not move within ``spin`` polls."""
+        if REVERSE:
+            run = start - stop
+        else:
+            run = stop - start
+        n = run * 0
+        go = tl.full([], 1, tl.int32)
+        while go != 0:
+            # block by block, never skipping one: the run takes a delivery of a later block as one
+            # of its own (the slots alternate), and a run that has gone on alone reads none
+            v = _wait_for(hp_b, n.to(tl.int32), spin).to(n.dtype)
+            if (v < n) | (v >= HELP_DONE):
+                go = go * 0
+            else:
+                if (n + 1) * BT >= run:
+                    go = go * 0
+                else:
+                    if REVERSE:
+                        q0 = start - n * BT
+                    else:
+                        q0 = start + n * BT
+                    Hn = tl.load(hh_b + n, cache_modifier=".cg")
+                    nb = tl.minimum(run - (n + 1) * BT, BT)
+                    slot = ((n + 1) % 2) * (BT * C_PAD)
+                    _phase_a(q0, nb, start, L, Hn, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
+                             hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, h * CB, HAS_IN, C_PAD, CB, RB,
+                             BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS * CB, BT, ".cg")
+                    # the slot's stores (every thread) before the release
+                    tl.debug_barrier()
+                    tl.atomic_xchg(hf_b + h, (n + 1).to(tl.int32), sem="release", scope="gpu")
+                    n = n + 1
 
     @triton.jit
     def _blk_save_end(o32, o64, stop, st, F, start, r_b, f_b, in32, in64, C, K, oc, mc, orr, HAS_IN: tl.constexpr,
@@ -559,7 +721,7 @@ if HAS_TRITON:
             else:
                 r = stop - 1 - m
             ok = m < K
-            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, oc, mc, HAS_IN, REVERSE, False)
+            v, fr = _ring_rows(r, ok, start, r_b, f_b, in32, in64, C, K, oc, mc, HAS_IN, REVERSE, False, "")
             tl.store(o32 + m[:, None] * C + oc[None, :], v, mask=ok[:, None] & mc[None, :])
             tl.store(o64 + m, fr, mask=ok)
         tl.store(o32 + K * C + oc, st, mask=mc)
@@ -605,6 +767,17 @@ if HAS_TRITON:
         kr_ptr=None,  # (4, C_PAD) int32: kmin_c, kmax_c (finite range of D[:, c]), residue mod 3, counter
         LINEAR: tl.constexpr = 0,  # linear-space block sums: 0 off, else their PERIOD (1 or 3)
         RBX: tl.constexpr = 1,  # rows per tile of a LINEAR tile's term-by-term recomputation
+        hp_ptr=None,  # (B, NCH) int32: the block each run has reached (HELPERS; -1 before it starts)
+        hf_ptr=None,  # (B, NCH, HELPERS) int32: the block each helper has delivered (-1: none)
+        hh_ptr=None,  # (B, NCH, NBLK) float64: the run's frame at the start of each block
+        hs_ptr=None,  # (B, NCH, 3, BT, C_PAD) float32: the helpers' sums for two blocks, the run's own
+        hk_ptr=None,  # (B, NCH, 3, BT, C_PAD) int32: their argmax durations (IS_MAX)
+        NBLK=1,  # blocks a run may take
+        SPIN=0,  # polls a run waits for its helpers before it goes on alone (0: never waits)
+        HSPIN=0,  # polls a helper waits for its run
+        HELPERS: tl.constexpr = 0,  # helper programs per run (grid axis 2: 0 the run, 1 .. the helpers)
+        INLINE: tl.constexpr = False,  # the run computes its helpers' part itself (tests)
+        MB: tl.constexpr = 16,  # rows per tile of the previous block's part (``_help_parts``)
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
@@ -649,81 +822,125 @@ if HAS_TRITON:
         u0 = tl.max(M, 1)
         u0 = u0 + log_(tl.sum(tl.exp(M - u0[:, None]), 1))
         n_b = (L + W - 1) // W
-        if PHASE == 1:
-            j = tl.program_id(1)
-            sc_b = sc_ptr + (row + j) * (BT * C_PAD)
-            sk_b = sk_ptr + (row + j) * (BT * C_PAD)
-            a = tl.cast(j, L.dtype) * W
-            b = tl.minimum(a + W, L)
-            live = a < L
-            if live:
+        orm = tl.arange(0, MB)
+        hp_b = hp_ptr
+        hf_b = hf_ptr
+        hh_b = hh_ptr
+        hs_b = hs_ptr
+        hk_b = hk_ptr
+        role = tl.program_id(2)
+        main = True  # the run (axis 2 index 0), not one of its helpers
+        if HELPERS > 0:
+            slot = row + tl.program_id(1)
+            hp_b = hp_ptr + slot
+            hf_b = hf_ptr + slot * HELPERS
+            hh_b = hh_ptr + slot * NBLK
+            hs_b = hs_ptr + slot * (3 * BT * C_PAD)
+            hk_b = hk_ptr + slot * (3 * BT * C_PAD)
+        if HELPERS > 0 and not INLINE:
+            main = role == 0
+            if role > 0:
+                # a helper of chunk j's run (spec or fix-up)
+                j = tl.program_id(1)
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
                 if REVERSE:
                     start = b
                     stop = a
                 else:
                     start = a
                     stop = b
-                # "the sequence starts (ends) here": state 0, no segment crosses the boundary
-                st = tl.where(mc, 0.0, MASK)
-                F = tl.sum(tl.zeros([1], tl.float64), 0)
-                st, F, conv, delta, steps, q_last = _blk_run(
-                    start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                    sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj, False,
-                    C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR)
-                e = row + j
-                _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
-                              C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
-                if not REVERSE:
-                    if b == L:
-                        tl.store(a_b + L * C + oc, st, mask=mc)
-                        tl.store(f_b + L, F)
-        else:
-            # forward: chunks 1 .. n-1 from their predecessor; beta: n-2 .. 0 from their successor
-            j0, count = sweep_start(n_b, PHASE, REVERSE)
-            clean_prev = tl.full([], 1, tl.int32)
-            for jj in range(0, count):
-                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, REVERSE)
+                if PHASE == 1:
+                    if a < L:
+                        _blk_help(role - 1, start, stop, L, e32, e64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr,
+                                  kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob, orr, orx, False, C_PAD,
+                                  CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS)
+                else:
+                    j0, count = sweep_start(n_b, PHASE, REVERSE)
+                    j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE)
+                    if redo:
+                        _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b, lim_b,
+                                  db_ptr, ed_ptr, md_ptr, kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob,
+                                  orr, orx, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS)
+        if main:
+            if PHASE == 1:
+                j = tl.program_id(1)
                 sc_b = sc_ptr + (row + j) * (BT * C_PAD)
                 sk_b = sk_ptr + (row + j) * (BT * C_PAD)
-                if REVERSE:
-                    start = b
-                    stop = a
-                else:
-                    start = a
-                    stop = b
-                if redo:
-                    in32 = e32 + e * E32
-                    in64 = e64 + e * E64
-                    st = tl.load(in32 + K * C + oc, mask=mc, other=MASK)
-                    F = tl.load(in64 + K)
-                    st, F, conv, delta, steps, q_last = _blk_run(
-                        start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
-                        sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj, True,
-                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR)
-                    if conv != 0:
-                        if REVERSE:
-                            _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)
-                        else:
-                            _fix_prefix_frames(f_b, start, q_last + 1, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                a = tl.cast(j, L.dtype) * W
+                b = tl.minimum(a + W, L)
+                live = a < L
+                if live:
+                    if REVERSE:
+                        start = b
+                        stop = a
                     else:
-                        e = half + row + j
-                        _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, in32, in64,
-                                      C, K, oc, mc, orr, True, C_PAD, RB, REVERSE)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                        if not REVERSE:
-                            if b == L:
-                                tl.store(a_b + L * C + oc, st, mask=mc)
-                                tl.store(f_b + L, F)
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
-                    clean_prev = clean
-                else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                # the next chunk reads what this one stored (end state, flags) from other threads
-                tl.debug_barrier()
+                        start = a
+                        stop = b
+                    # "the sequence starts (ends) here": state 0, no segment crosses the boundary
+                    st = tl.where(mc, 0.0, MASK)
+                    F = tl.sum(tl.zeros([1], tl.float64), 0)
+                    st, F, conv, delta, steps, q_last = _blk_run(
+                        start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
+                        sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
+                        hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, False,
+                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR, HELPERS, INLINE)
+                    e = row + j
+                    _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
+                                  C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
+                    if not REVERSE:
+                        if b == L:
+                            tl.store(a_b + L * C + oc, st, mask=mc)
+                            tl.store(f_b + L, F)
+            else:
+                # forward: chunks 1 .. n-1 from their predecessor; beta: n-2 .. 0 from their successor
+                j0, count = sweep_start(n_b, PHASE, REVERSE)
+                clean_prev = tl.full([], 1, tl.int32)
+                for jj in range(0, count):
+                    j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
+                                                         PHASE, REVERSE)
+                    sc_b = sc_ptr + (row + j) * (BT * C_PAD)
+                    sk_b = sk_ptr + (row + j) * (BT * C_PAD)
+                    if REVERSE:
+                        start = b
+                        stop = a
+                    else:
+                        start = a
+                        stop = b
+                    if redo:
+                        in32 = e32 + e * E32
+                        in64 = e64 + e * E64
+                        st = tl.load(in32 + K * C + oc, mask=mc, other=MASK)
+                        F = tl.load(in64 + K)
+                        st, F, conv, delta, steps, q_last = _blk_run(
+                            start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
+                            sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
+                            hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, True,
+                            C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR, HELPERS,
+                            INLINE)
+                        if conv != 0:
+                            if REVERSE:
+                                _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)
+                            else:
+                                _fix_prefix_frames(f_b, start, q_last + 1, delta, 256)
+                            clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        else:
+                            e = half + row + j
+                            _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, in32, in64,
+                                          C, K, oc, mc, orr, True, C_PAD, RB, REVERSE)
+                            tl.store(src_ptr + row + j, 2)
+                            clean = conv.to(tl.int32) * 0
+                            if not REVERSE:
+                                if b == L:
+                                    tl.store(a_b + L * C + oc, st, mask=mc)
+                                    tl.store(f_b + L, F)
+                        tl.store(st_ptr + row + j, conv.to(tl.int32))
+                        tl.store(dl_ptr + row + j, delta)
+                        tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                        clean_prev = clean
+                    else:
+                        if PHASE == 3:
+                            if live:
+                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    # the next chunk reads what this one stored (end state, flags) from other threads
+                    tl.debug_barrier()

@@ -14,8 +14,15 @@ from typing import Optional
 
 import torch
 
+from torch_semimarkov.engines.triton import plan as _plan
 from torch_semimarkov.engines.triton.common import REBASE
 from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, fixup_tol, label_pad, walk_blocks
+
+#: Polls a blocked-engine run waits for its helpers' sums of a block before it computes them
+#: itself from then on (helpers that are not resident, e.g. a GPU shared with other work), and
+#: polls a helper waits for its run to reach the next block (``blocked._blk_help``).
+RUN_SPIN = 1 << 14
+HELPER_SPIN = 1 << 21
 
 
 @dataclass
@@ -42,14 +49,21 @@ def _chunk_state(B, n, n32, n64, nb, dev):
     return e32, e64, eb, status, src, delta, steps
 
 
-def _three_phases(kernel, B, n, args, meta, steps):
-    """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again."""
-    kernel[(B, n)](**args, PHASE=1, **meta)
+def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None):
+    """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again.
+    ``roles`` > 1: the spec and fix-up grids take a third axis (the blocked engine's run and its
+    helpers), whose progress flags ``reset`` clears before each of them; the repair has none."""
+    grid = (B, n) if roles == 1 else (B, n, roles)
+    if reset is not None:
+        reset()
+    kernel[grid](**args, PHASE=1, **meta)
     if n == 1:
         return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
-    kernel[(B, n)](**args, PHASE=2, **meta)
+    if reset is not None:
+        reset()
+    kernel[grid](**args, PHASE=2, **meta)
     before = steps.clone()
-    kernel[(B,)](**args, PHASE=3, **meta)
+    kernel[(B,)](**args, PHASE=3, **({**meta, "HELPERS": 0} if "HELPERS" in meta else meta))
     return steps.ne(before)
 
 
@@ -345,11 +359,14 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, semiring),
     )
+    # a helper takes whole label tiles (blocked._blk_help)
+    helpers = min(plan.helpers, -(-C // cb))
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     elif linear:
-        ed, md, kr = linear_duration_tables(duration_bias, plan, trend=period == 3)
+        ed, md, kr = linear_duration_tables(duration_bias, plan, pad=(2 if helpers else 1) * bt + rb,
+                                            trend=period == 3)
         if RECOMPUTED is not None:
             blocks = (lengths.long() + bt - 1) // bt * ((C + cb - 1) // cb)
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
@@ -358,7 +375,26 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
-    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps)
+    roles, reset = 1, None
+    if helpers:
+        inline = _plan.HELP_INLINE if _plan.HELP_INLINE is not None else not cum_scores.is_cuda
+        nblk = -(-W // bt) + 1
+        hp = torch.empty((B, n), device=dev, dtype=torch.int32)
+        hf = torch.empty((B, n, helpers), device=dev, dtype=torch.int32)
+        # the helpers' sums: two blocks' slots, and a third for a run that computes them itself
+        args.update(hp_ptr=hp, hf_ptr=hf, hh_ptr=torch.empty((B, n, nblk), device=dev, dtype=torch.float64),
+                    hs_ptr=torch.empty((B, n, 3, bt, plan.c_pad), device=dev, dtype=torch.float32),
+                    hk_ptr=torch.empty((B, n, 3, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32,
+                    NBLK=nblk, SPIN=RUN_SPIN if cum_scores.is_cuda else 0, HSPIN=HELPER_SPIN if cum_scores.is_cuda else 0)
+        meta.update(HELPERS=helpers, INLINE=inline, MB=min(bt, 16))
+        if not inline:
+            roles = 1 + helpers
+
+            def clear():
+                hp.fill_(-1)
+                hf.fill_(-1)
+            reset = clear
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset)
     stats = ChunkStats(status.bool(), steps, redone)
     if reverse:
         return rows, backward_offsets(frames, delta, W), None, stats

@@ -101,6 +101,19 @@ BESIDE_SPLIT = True
 #: Streaming multiprocessors assumed when no CUDA device is queried (the interpreter; an H100/H200).
 DEFAULT_SMS = 132
 
+#: Helper programs per run of the blocked engine (``blocked._blk_help``: they sum a block's older
+#: rows while the run steps through the block before it); None: the plan's own choice
+#: (:func:`blocked_helpers`), an int forces it (tests, A/B).
+HELPERS_OVERRIDE: Optional[int] = None
+
+#: Whether the blocked engine's runs compute their helpers' part themselves instead of launching
+#: helper programs (None: on the CPU interpreter, whose programs run one after another; tests set
+#: False there to check that a run whose helpers never come goes on alone).
+HELP_INLINE: Optional[bool] = None
+
+#: The most helper programs a run takes (each takes a share of the label tiles).
+MAX_HELPERS = 3
+
 
 @dataclass(frozen=True)
 class KernelPlan:
@@ -133,6 +146,8 @@ class KernelPlan:
             runs only the marginal kernels (:func:`beta_early`). Its rows are then held from the
             forward to the backward: the saved state is half as large again (B·(T+1)·C float32
             and B·(T+1) float64 more).
+        helpers: programs beside each run of the blocked engine that sum its blocks' older rows
+            (:func:`blocked_helpers`).
     """
 
     kind: str
@@ -156,6 +171,7 @@ class KernelPlan:
     marg_tile: tuple = MARG_TILE
     marg_warps: int = MARG_WARPS
     beta_early: bool = False
+    helpers: int = 0
 
     @property
     def packed_backpointers(self) -> bool:
@@ -289,6 +305,22 @@ def beta_early(B: int, n_chunks: int, sms: int, semiring: str, on_cuda: bool) ->
     return semiring == "log" and on_cuda and 2 * B * n_chunks <= sms
 
 
+def blocked_helpers(B: int, n_chunks: int, C: int, sms: int, beside: bool, on_cuda: bool) -> int:
+    """Helper programs per run of the blocked engine (``blocked._blk_help``). A run's step is
+    its block sums over the K older rows (phase A) and then BT sequential positions (phase B);
+    helpers sum the rows older than the previous block for the next block while the run steps,
+    so phase A leaves the run's critical path. They use the multiprocessors the runs leave idle
+    (one 8-warp program each; ``beside``: beta's runs beside the forward's take as many), at most
+    one per 16 labels (a helper takes whole label tiles) and :data:`MAX_HELPERS`; none off CUDA,
+    where programs run one after another. :data:`HELPERS_OVERRIDE` forces the answer."""
+    if HELPERS_OVERRIDE is not None:
+        return int(HELPERS_OVERRIDE)
+    if not on_cuda:
+        return 0
+    runs = B * n_chunks * (2 if beside else 1)
+    return max(0, min(sms // max(runs, 1) - 1, -(-C // 16), MAX_HELPERS))
+
+
 def fixup_tol(plan: "KernelPlan", semiring: str) -> float:
     """The fix-ups' convergence tolerance (:data:`FIXUP_TOL`, or :data:`BLOCKED_LOG_TOL` for the
     blocked engine's log semiring; its max semiring, whose backpointers pick among near-ties,
@@ -378,6 +410,7 @@ def make_plan(
         # masks: the gene finder's step 4% faster, outputs bitwise equal), 16 in the max semiring
         # (Viterbi: 32 was 14% slower); H200, GPU_NOTES 52
         bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(32 if semiring == "log" else 16, c_pad))
+        early = beta_early(B, n, sms, semiring, on_cuda)
         return KernelPlan(
             kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
             c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
@@ -385,7 +418,8 @@ def make_plan(
             linear_tile=BLOCK_OVERRIDE or LINEAR_TILE, marg=BLOCKED_MARGINALS,
             marg_tile=tuple(min(x, c_pad) if i == 2 else x for i, x in enumerate(MARG_OVERRIDE or MARG_TILE)),
             marg_warps=MARG_WARPS,
-            beta_early=beta_early(B, n, sms, semiring, on_cuda))
+            beta_early=early,
+            helpers=blocked_helpers(B, n, C, sms, early, on_cuda))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
