@@ -652,8 +652,10 @@ if HAS_TRITON:
                     q_last = q
                 i += 1
             left -= nb
-            qp = q0
-            HP = H
+            # new values (+ 0): Triton carries through a loop only the names whose value the body
+            # changes, and a plain copy of the block's start would look unchanged to it
+            qp = q0 + 0
+            HP = H + 0.0
             if REVERSE:
                 q0 = q0 - nb
             else:
