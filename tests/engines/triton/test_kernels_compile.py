@@ -6,7 +6,7 @@ changes type inside a branch, which an H200 run of the chunk-sweep refactor foun
 This test records the launches of a set of small calls that reach every kernel family (forward,
 beta and Viterbi on the register and memory rings, sequential and time-parallel, with 32- and
 64-bit offsets; (K, C, C) transitions; the blocked engine with linear, residue-class and log-space
-block sums and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
+block sums, its helper programs and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
 compiles each distinct variant for ``cuda:90`` in a process without the interpreter
 (``compile_kernels.py``): to Triton IR, where type and shape errors surface, or with
 ``TSM_COMPILE_FULL=1`` down to the cubin (LLVM and Triton's ptxas run on the CPU too)."""
@@ -62,9 +62,10 @@ def _launch_all(v, semiring_list=("log", "max"), time_parallel=True, wide=False)
 def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     """One sequence per call, as short as still takes several chunks (blocks): a variant is its
     kernel, argument types, constexprs and warps, none of which depends on B or T, so these
-    calls record the same 155 variants, in the same order, as calls of 2-3 sequences of 12-17
-    positions did (checked by comparing the two records), and the compile check is the same;
-    the interpreter's part took 19.6 s with those and 8 s with these."""
+    calls recorded the same 155 variants, in the same order, as calls of 2-3 sequences of 12-17
+    positions did (checked by comparing the two records, before the helper programs' variants were
+    added), and the compile check is the same; the interpreter's part took 19.6 s with those and
+    8 s with these."""
     records = record_launches(monkeypatch.setattr)
     cc = (1, 7, 4, 5, "ragged", "both", False)
     kcc = (1, 7, 3, 3, "ragged", "both", True)
@@ -91,6 +92,12 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
         _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), semirings)
         if linear is None:
             _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), semirings, wide=True)
+    # the blocked engine's runs with helper programs (the GPU's handshake, not the interpreter's inline part)
+    monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", None)
+    monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
+    monkeypatch.setattr(plan_mod, "HELP_INLINE", False)
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
+    monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)

@@ -669,6 +669,16 @@ if HAS_TRITON:
         return st, F, conv, delta, steps, q_last
 
     @triton.jit
+    def _ends(a, b, REVERSE: tl.constexpr):
+        """``(start, stop)`` of a run over the chunk [a, b]: from a forward, from b (beta)."""
+        start = a
+        stop = b
+        if REVERSE:
+            start = b
+            stop = a
+        return start, stop
+
+    @triton.jit
     def _blk_help(h, start, stop, L, in32, in64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
                   hp_b, hf_b, hh_b, hs_b, hk_b, spin, C, K, oi, ob, orr, orx, HAS_IN: tl.constexpr,
                   C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
@@ -843,15 +853,9 @@ if HAS_TRITON:
             main = role == 0
             if role > 0:
                 # a helper of chunk j's run (spec or fix-up)
-                j = tl.program_id(1)
-                a = tl.cast(j, L.dtype) * W
+                a = tl.cast(tl.program_id(1), L.dtype) * W
                 b = tl.minimum(a + W, L)
-                if REVERSE:
-                    start = b
-                    stop = a
-                else:
-                    start = a
-                    stop = b
+                start, stop = _ends(a, b, REVERSE)
                 if PHASE == 1:
                     if a < L:
                         _blk_help(role - 1, start, stop, L, e32, e64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr,
@@ -873,12 +877,7 @@ if HAS_TRITON:
                 b = tl.minimum(a + W, L)
                 live = a < L
                 if live:
-                    if REVERSE:
-                        start = b
-                        stop = a
-                    else:
-                        start = a
-                        stop = b
+                    start, stop = _ends(a, b, REVERSE)
                     # "the sequence starts (ends) here": state 0, no segment crosses the boundary
                     st = tl.where(mc, 0.0, MASK)
                     F = tl.sum(tl.zeros([1], tl.float64), 0)
@@ -903,12 +902,7 @@ if HAS_TRITON:
                                                          PHASE, REVERSE)
                     sc_b = sc_ptr + (row + j) * (BT * C_PAD)
                     sk_b = sk_ptr + (row + j) * (BT * C_PAD)
-                    if REVERSE:
-                        start = b
-                        stop = a
-                    else:
-                        start = a
-                        stop = b
+                    start, stop = _ends(a, b, REVERSE)
                     if redo:
                         in32 = e32 + e * E32
                         in64 = e64 + e * E64
