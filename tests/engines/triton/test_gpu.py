@@ -438,3 +438,45 @@ def test_longer_chunks_for_beta_beside_a_differentiated_forward(monkeypatch):
         err_split, err_usual = float((b.cpu().double() - r).abs().max() / scale), float((a.cpu().double() - r).abs().max() / scale)
         assert err_split < max(3 * err_usual, 1e-6), (name, err_split, err_usual)
         assert_close(a.cpu().double(), b.cpu().double(), rtol=1e-4, atol=1e-4 * float(scale))
+
+
+def test_blocked_helpers_on_long_segments_equal_runs_without_them(monkeypatch):
+    """The blocked engine's helper programs (4 sequences of 3,000 positions at K = 960, one chunk each,
+    leave the GPU mostly idle, so each run takes helpers) on a model whose segments are hundreds of positions long (a new segment
+    costs 20 nats): the helpers' part, the rows older than the previous block, holds nearly all the
+    mass, so a wrong shift or slot shows (a random model's mass lies in short segments, GPU_NOTES
+    78). log Z, the gradients and Viterbi equal the runs without helpers to float32 rounding and
+    the float64 PyTorch path as closely; with helpers the outputs repeat bitwise."""
+    from torch_semimarkov.api.partition import semi_crf_streaming_forward
+    from torch_semimarkov.api.viterbi import semi_crf_streaming_viterbi
+    from torch_semimarkov.core.validation import validate_streaming_inputs
+    from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    cpu = make_inputs(4, 3000, 960, 40, dtype=torch.float64, seed=15, lengths="ragged", proj="both")
+    cpu["transition"] = cpu["transition"] - 20.0
+    inp = _cuda(cpu)
+    v = validate_streaming_inputs(**inp)
+    assert launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True).helpers >= 1
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+
+    def run(d, **kw):
+        d = {k: (x.detach().clone().requires_grad_(True) if k in names else x) for k, x in d.items()}
+        z = semi_crf_streaming_forward(**d, **kw)
+        (z * torch.linspace(0.5, 1.5, 4, dtype=z.dtype, device=z.device)).sum().backward()
+        vit = semi_crf_streaming_viterbi(**{k: (x.detach() if k in names else x) for k, x in d.items()}, **kw)
+        return [z.detach()] + [d[k].grad for k in names] + [vit.scores, vit.labels]
+
+    res = {}
+    for helpers in (0, None, None):
+        monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", helpers)
+        out = run(inp)
+        if helpers in res:
+            assert all(torch.equal(a, b) for a, b in zip(out, res[helpers]))
+        res[helpers] = out
+    ref = [x.cpu() for x in run(_cuda(cpu, dtype=torch.float64), backend="torch")]
+    for name, a, b, r in zip(("log Z",) + names + ("viterbi score",), res[0], res[None], ref):
+        scale = r.abs().max()
+        err_h, err_0 = float((b.cpu().double() - r).abs().max() / scale), float((a.cpu().double() - r).abs().max() / scale)
+        assert err_h < max(3 * err_0, 1e-6), (name, err_h, err_0)
+    assert torch.equal(res[0][-1], res[None][-1]) and torch.equal(res[None][-1].cpu(), ref[-1])
