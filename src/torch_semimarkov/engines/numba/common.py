@@ -145,6 +145,15 @@ def lse_finish(m, s):
 #: Compile options of every kernel: cached on disk; float division follows IEEE (no Python
 #: ZeroDivisionError check, which would also stop loops from vectorising); the GIL is released,
 #: so sequences can run on several Python threads at once (:mod:`.engine`).
+@njit(inline="always")
+def put(dst, src):
+    """``dst[:] = src`` for two 1-D arrays of one length, element by element. Numba's array
+    assignment also compiles its shape-mismatch error path (a formatted message: 2-4 s of a cold
+    compile per process), which these copies of rows never need."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
 KERNEL = dict(cache=True, error_model="numpy", nogil=True)
 #: Reductions over a window: LLVM may reorder the sum to vectorise it. The order is fixed when the
 #: kernel is compiled, so results are still identical from run to run and for any thread count.

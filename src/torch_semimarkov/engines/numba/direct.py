@@ -23,6 +23,7 @@ from torch_semimarkov.engines.numba.common import (
     KERNEL,
     LOW,
     TINY,
+    put,
     fexp,
     flog,
     best_path,
@@ -72,8 +73,8 @@ def _slot_factors(s, alpha, S, ps, has_ps, EA, zvals, j, K):
 def _insert_alpha(p, alpha, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals):
     K = Alog.shape[0] // 2
     r = down(p, K)
-    Alog[r] = alpha
-    Alog[r + K] = alpha
+    put(Alog[r], alpha)
+    put(Alog[r + K], alpha)
     _slot_factors(p, alpha, S, ps, has_ps, EA, zvals, r, K)
     ring_insert(ZT, linT, H, r, zvals)
 
@@ -143,8 +144,9 @@ def _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT
 @njit(**KERNEL)
 def _save(ck, Alog, alpha):
     K = Alog.shape[0] // 2
-    ck[:K] = Alog[:K]
-    ck[K] = alpha
+    for j in range(K):
+        put(ck[j], Alog[j])
+    put(ck[K], alpha)
 
 
 @njit(**KERNEL)
@@ -165,7 +167,7 @@ def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTD, Mc, D, inte
             if save:
                 _save(ck[p // interval], Alog, alpha)
         if keep:
-            A[p] = alpha
+            put(A[p], alpha)
         if p == L:
             break
         _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q, lim,
@@ -207,12 +209,13 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTD, eTDt
     for i in range(n_ck - 1, -1, -1):
         t0 = i * interval
         t1 = min(t0 + interval, L + 1)
-        Alog[:K] = ck[i, :K]
-        Alog[K:] = ck[i, :K]
-        alpha[:] = ck[i, K]
+        for j in range(K):
+            put(Alog[j], ck[i, j])
+            put(Alog[j + K], ck[i, j])
+        put(alpha, ck[i, K])
         _rebuild(t0, S, ps, has_ps, Alog, EA, ZT, linT, H, zvals)
         for p in range(t0, t1):
-            A[p - t0, :] = alpha
+            put(A[p - t0], alpha)
             if p < L and p + 1 < t1:
                 _window_forward(p, S, ps, pe, has_ps, has_pe, Tr, eTD, Mc, D, Alog, EA, linT, H, ZT, alpha, acc, mx, q,
                                 lim, has_lim, klim)
@@ -324,15 +327,20 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp
     K, C = D.shape
     Alog = np.full((2 * K, C), NINF)
     alpha = np.zeros(C)
-    Alog[0] = alpha
-    Alog[K] = alpha
+    put(Alog[0], alpha)
+    put(Alog[K], alpha)
     best = np.empty(C)
     seg = np.empty(C)
     argk = np.zeros(C, dtype=np.int64)
     argc = np.zeros(C, dtype=np.int64)
     tmp = np.empty(C)
     klim = np.empty(C, dtype=np.int64)
-    TrT = np.ascontiguousarray(Tr.transpose(0, 2, 1))
+    # TrT[k, c] = Tr[k, :, c], by loops: numba's transpose with axes compiles a shape-error path
+    TrT = np.empty((K, C, C))
+    for k in range(K):
+        for a in range(C):
+            for c in range(C):
+                TrT[k, c, a] = Tr[k, a, c]
     for p in range(L):
         for c in range(C):
             best[c] = NINF
@@ -364,8 +372,8 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, ph, D, store, bp
         for c in range(C):
             alpha[c] = best[c] + (pe[p, c] if has_pe else 0.0)
         r1 = down(p + 1, K)
-        Alog[r1] = alpha
-        Alog[r1 + K] = alpha
+        put(Alog[r1], alpha)
+        put(Alog[r1 + K], alpha)
         if store:
             for c in range(C):
                 bp_k[p, c] = argk[c]

@@ -33,6 +33,7 @@ from torch_semimarkov.engines.numba.common import (
     LOW,
     REDUCE,
     TINY,
+    put,
     fexp,
     flog,
     fmax,
@@ -139,17 +140,17 @@ def _save(ck, VT, alpha):
     """Checkpoint row block (K+1, C): the ring's K log columns, then alpha."""
     K = VT.shape[1] // 2
     for j in range(K):
-        ck[j] = VT[:, j]
-    ck[K] = alpha
+        put(ck[j], VT[:, j])
+    put(ck[K], alpha)
 
 
 @njit(**KERNEL)
 def _load(ck, VT, alpha):
     K = VT.shape[1] // 2
     for j in range(K):
-        VT[:, j] = ck[j]
-        VT[:, j + K] = ck[j]
-    alpha[:] = ck[K]
+        put(VT[:, j], ck[j])
+        put(VT[:, j + K], ck[j])
+    put(alpha, ck[K])
 
 
 @njit(**KERNEL)
@@ -175,14 +176,14 @@ def forward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, eTr, tmax, D, eD
             if save:
                 _save(ck[p // interval], VT, alpha)
         if keep:
-            A[p] = alpha
+            put(A[p], alpha)
         if p == L:
             break
         _u_part(alpha, Tr, eTr, tmax, u, ea, linu)
         _insert_v(p, S, ps, has_ps, u, VT, linT, H, vals)
         if keep:
-            W[p] = vals
-            Uu[p] = u
+            put(W[p], vals)
+            put(Uu[p], u)
         _window_forward(p, S, pe, has_pe, VT, linT, H, D, eDT, Dm, alpha, acc, mx, lim, has_lim, klim)
     return lse_all(alpha)
 
@@ -260,7 +261,7 @@ def backward_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, logZ, Tr, eTr, tmax
         ring_rebase_all(VT, linT, H)
         for p in range(t0, t1):
             j = p - t0
-            A[j, :] = alpha
+            put(A[j], alpha)
             if p < L:
                 _u_part(alpha, Tr, eTr, tmax, U[j], EA[j], LU[j])
                 if p + 1 < t1:
@@ -417,7 +418,7 @@ def viterbi_seq(S, ps, pe, has_ps, has_pe, lim, has_lim, L, Tr, u0, D, store, bp
     TrT = np.ascontiguousarray(Tr.T)
     for p in range(L):
         if p == 0:
-            u[:] = u0
+            put(u, u0)
             arg[:] = 0
         else:
             _max_argmax_over_rows(alpha, TrT, u, arg, tmp)
