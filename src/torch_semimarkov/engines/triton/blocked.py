@@ -652,16 +652,18 @@ if HAS_TRITON:
                     q_last = q
                 i += 1
             left -= nb
-            # new values (+ 0): Triton carries through a loop only the names whose value the body
-            # changes, and a plain copy of the block's start would look unchanged to it
-            qp = q0 + 0
-            HP = H + 0.0
+            if HELP > 0:
+                # the previous block for the helpers' part (without helpers nothing is carried); new
+                # values (+ 0): Triton carries through a loop only the names whose value the body
+                # changes, and a plain copy of the block's start would look unchanged to it
+                qp = q0 + 0
+                HP = H + 0.0
+                blk += 1
             if REVERSE:
                 q0 = q0 - nb
             else:
                 q0 = q0 + nb
             H = F
-            blk += 1
         if HELP > 0:
             if not INLINE:
                 tl.debug_barrier()
