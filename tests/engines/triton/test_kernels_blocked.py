@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import assert_close
-from kernel_cases import CASES, IDS, adversarial, cpu, inputs, record_outputs, validated
+from kernel_cases import CASES, DEVICE, IDS, adversarial, cpu, inputs, record_outputs, to_device, validated
 from torch_semimarkov.oracle import naive_semi_crf
 from torch_semimarkov.engines.triton import launch, parallel
 from torch_semimarkov.engines.triton import plan as plan_mod
@@ -410,7 +410,8 @@ def test_blocked_marginal_tiles_match_the_position_kernel(mode, monkeypatch):
 
 def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     """``idx64`` (positions and row offsets in int64, for (T+1)·C near 2^31) gives the marginal
-    tiles' and the anchors' outputs bitwise equal to the int32 indexing."""
+    tiles' and the anchors' outputs bitwise equal to the int32 indexing, with and without helper
+    programs (a slot offset typed int32 in one branch failed to compile on the GPU, GPU_NOTES 79)."""
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
@@ -418,9 +419,10 @@ def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=7))
     p = _plan(v, "log")
     assert p.marg == "tiled" and not p.idx64
-    outs = [_forward_backward(v, dataclasses.replace(p, idx64=wide)) for wide in (False, True)]
-    for a, b in zip((outs[0][0], *outs[0][1]), (outs[1][0], *outs[1][1])):
-        assert torch.equal(cpu(a), cpu(b))
+    for helpers in (0, 2):
+        outs = [_forward_backward(v, dataclasses.replace(p, idx64=wide, helpers=helpers)) for wide in (False, True)]
+        for a, b in zip((outs[0][0], *outs[0][1]), (outs[1][0], *outs[1][1])):
+            assert torch.equal(cpu(a), cpu(b))
 
 
 def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
@@ -436,7 +438,7 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
-    inp = inputs((2, 12, 4, 4, "ragged", "both", False), seed=7)
+    inp = to_device(inputs((2, 12, 4, 4, "ragged", "both", False), seed=7))
     v = validated(inp)
     p = _plan(v, "log")
     assert p.n_chunks >= 2
@@ -465,7 +467,7 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     assert not plan_mod.beta_early(16, 8, 132, "log", True)      # (16, 20000): the forward fills the GPU
     assert not plan_mod.beta_early(32, 1, 132, "max", True)      # Viterbi has no backward
     assert not plan_mod.beta_early(32, 1, 132, "log", False)     # no CUDA: nothing runs beside
-    assert not p.beta_early                                      # (the interpreter's plans)
+    assert p.beta_early == (DEVICE == "cuda")                    # these 4 runs: beside on a GPU only
     # a differentiated forward (``backward=True``) whose chunks fill the GPU takes chunks twice as
     # long (at most 8·K), so that beta's programs fit beside the forward's; nothing else changes
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", None)

@@ -6,7 +6,7 @@ changes type inside a branch, which an H200 run of the chunk-sweep refactor foun
 This test records the launches of a set of small calls that reach every kernel family (forward,
 beta and Viterbi on the register and memory rings, sequential and time-parallel, with 32- and
 64-bit offsets; (K, C, C) transitions; the blocked engine with linear, residue-class and log-space
-block sums, its helper programs and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
+block sums, its helper programs (32- and 64-bit offsets) and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
 compiles each distinct variant for ``cuda:90`` in a process without the interpreter
 (``compile_kernels.py``): to Triton IR, where type and shape errors surface, or with
 ``TSM_COMPILE_FULL=1`` down to the cubin (LLVM and Triton's ptxas run on the CPU too)."""
@@ -97,6 +97,7 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
     monkeypatch.setattr(plan_mod, "HELP_INLINE", False)
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"), wide=True)
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels

@@ -557,7 +557,7 @@ if HAS_TRITON:
                     if INLINE or solo != 0:
                         # the helpers' part computed here, the same sums in the same tiles (so the
                         # same bits), in a slot of its own that no late helper writes
-                        slot = 2 * (BT * C_PAD)
+                        slot = slot * 0 + 2 * (BT * C_PAD)  # (blk's type: int64 offsets keep it)
                         _phase_a(qp, nb, start, L, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
                                  hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, 0, HAS_IN, C_PAD, CB, RB,
                                  BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, CB, BT, "")
