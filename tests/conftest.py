@@ -28,6 +28,24 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _stack_room(slots: int = 20000):
+    """``room(fn, args, kwargs)`` calls ``fn`` from a frame of ``slots`` local variables (none ever
+    assigned), so that CPython pushes it at the start of a data-stack chunk of its own, twice its
+    size (256 KiB), and ``fn``'s calls stay in the ~96 KiB left (a kernel's calls need a few KiB). CPython 3.11+ keeps
+    frames in 16 KiB chunks and frees a chunk when the frame that opened it returns: a call that
+    sits on a chunk's edge in a hot loop maps and unmaps memory at every call. The interpreter's
+    kernels make millions of small calls, and where the edge fell depended on how deep the test
+    that launched them stood: the same kernel launch took 1.3 s or 3.0-4.3 s at different
+    depths of the caller (identical calls, counted; ``benchmarks/probes/stack_depth.py``). One
+    chunk per launch instead: the interpreted kernel tests took 204 s of CPU instead of 254.
+    ``TSM_STACK_ROOM=0`` (or ``TSM_INTERPRETER_REPATCH=1``) launches from the caller's frame."""
+    names = "=".join(f"_r{i}" for i in range(slots))
+    src = f"def room(fn, args, kwargs):\n    if fn is None:\n        {names} = None\n    return fn(*args, **kwargs)\n"
+    scope: dict = {}
+    exec(compile(src, "<conftest stack room>", "exec"), scope)
+    return scope["room"]
+
+
 def _skip_nested_interpreter_patching() -> None:
     """Triton's interpreter (3.9) re-patches ``triton.language`` with ``inspect.getmembers`` on every
     call of a ``@triton.jit`` helper from inside a kernel, although the kernel's launch has already
@@ -55,11 +73,13 @@ def _skip_nested_interpreter_patching() -> None:
         return langs[key]
 
     grid_call = interp.GridExecutor.__call__
+    # TSM_STACK_ROOM=0: launch from the caller's frame as before (A/B)
+    room = _stack_room() if os.environ.get("TSM_STACK_ROOM", "") in ("", "1") else (lambda fn, a, k: fn(*a, **k))
 
     def launch(self, *args, **kwargs):
         active.append(set(langs_of(self.fn)))
         try:
-            return grid_call(self, *args, **kwargs)
+            return room(grid_call, (self, *args), kwargs)
         finally:
             active.pop()
 

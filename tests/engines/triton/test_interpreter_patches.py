@@ -40,3 +40,30 @@ def test_the_skipped_overflow_check_is_one_the_interpreter_discards(monkeypatch)
                         lambda self, *a: calls.append(self.builder.options.debug) or original(self, *a))
     _run()
     assert calls and not any(calls)  # it ran, with debug off: device_assert returned at once
+
+
+def test_kernels_launch_from_a_data_stack_chunk_of_their_own(monkeypatch):
+    """The conftest's ``_stack_room``: every interpreted launch runs below a frame of 20,000 local
+    slots (160 KiB), which CPython cannot fit in a 16 KiB data-stack chunk, so it opens a 256 KiB
+    chunk of its own where the kernel's calls stay (no chunk edge under a hot loop: 1.3 s against
+    3.0-4.3 s for one blocked-engine launch, depending on the caller's depth); the outputs are the
+    launch's own."""
+    import sys
+
+    from triton.runtime import interpreter as interp
+
+    if os.environ.get("TSM_STACK_ROOM", "") not in ("", "1") or os.environ.get("TSM_INTERPRETER_REPATCH", "") not in ("", "0"):
+        pytest.skip("the conftest's stack room is off")
+    rooms = []
+    patch = interp._patch_lang
+
+    def spy(fn):
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename != "<conftest stack room>":
+            f = f.f_back
+        rooms.append(None if f is None else f.f_code.co_nlocals)
+        return patch(fn)
+
+    monkeypatch.setattr(interp, "_patch_lang", spy)
+    assert _run() == [-(2**31), 6]
+    assert rooms and all(n is not None and n >= 20000 for n in rooms), rooms
