@@ -41,8 +41,8 @@ def main(out=None):
     def nest(n, use_room):
         if n == 0:
             return once(use_room)
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = 0  # noqa: F841 (a frame of some size)
-        return nest(n - 1, use_room)
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = 0.0  # a frame of some size
+        return nest(n - 1, use_room) + a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9
 
     once(False)  # the interpreter's first launch (rewrites) out of the timings
     res = {}
