@@ -37,7 +37,7 @@ def _stack_room(slots: int = 20000):
     kernels make millions of small calls, and where the edge fell depended on how deep the test
     that launched them stood: the same kernel launch took 1.3 s or 3.0-4.3 s at different
     depths of the caller (identical calls, counted; ``benchmarks/probes/stack_depth.py``). One
-    chunk per launch instead: the interpreted kernel tests took 204 s of CPU instead of 254.
+    chunk per launch instead: the interpreted kernel tests took 200 s of CPU instead of 248.
     ``TSM_STACK_ROOM=0`` (or ``TSM_INTERPRETER_REPATCH=1``) launches from the caller's frame."""
     names = "=".join(f"_r{i}" for i in range(slots))
     src = f"def room(fn, args, kwargs):\n    if fn is None:\n        {names} = None\n    return fn(*args, **kwargs)\n"
