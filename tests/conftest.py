@@ -605,10 +605,17 @@ def pytest_collection_modifyitems(config, items):
             if i not in kept:
                 m.add_marker(pytest.mark.gpu_full)
                 extra.add(id(m))
-    if FULL_KERNEL_PRODUCT or not extra:
-        return
-    config.hook.pytest_deselected(items=[m for m in items if id(m) in extra])
-    items[:] = [m for m in items if id(m) not in extra]
+    if not FULL_KERNEL_PRODUCT and extra:
+        config.hook.pytest_deselected(items=[m for m in items if id(m) in extra])
+        items[:] = [m for m in items if id(m) not in extra]
+    _long_ones_first(items)
+
+
+def _long_ones_first(items) -> None:
+    """The ``integration`` tests (subprocesses, docs builds, the sm_90 compile: 4-30 s each) run
+    first, the rest in their order: pytest-xdist's workers then end on short tests, so neither
+    waits long for the other at the end (``--dist worksteal`` steals from the end of a queue)."""
+    items.sort(key=lambda item: item.get_closest_marker("integration") is None)  # stable
 
 
 def pytest_report_header(config):
