@@ -65,7 +65,7 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
             return None
         plan, masks, ps = on_engine
     else:
-        plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K)
+        plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, backward=True)
     d = lambda t: None if t is None else t.detach()  # noqa: E731
     args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
     with torch.no_grad():

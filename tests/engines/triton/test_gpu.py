@@ -386,7 +386,7 @@ def test_beta_beside_the_forward_is_bitwise_the_usual_backward(monkeypatch):
 
     inp = _cuda(make_inputs(8, 3000, 300, 40, dtype=torch.float32, seed=11, lengths="ragged", proj="both"))
     v = validate_streaming_inputs(**inp)
-    assert launch.plan_for(v.cum_scores, v.transition, v.K, "log").beta_early
+    assert launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True).beta_early
     names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
     res = {}
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 1)

@@ -36,8 +36,8 @@ def blocked(request, monkeypatch):
     return request.param
 
 
-def _plan(v, semiring):
-    p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring)
+def _plan(v, semiring, backward=False):
+    p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, backward=backward)
     assert p.kind == "mem" and p.time_parallel
     return p
 
@@ -441,7 +441,7 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
     inp = to_device(inputs((2, 12, 4, 4, "ragged", "both", False), seed=7))
     v = validated(inp)
-    p = _plan(v, "log")
+    p = _plan(v, "log", backward=True)
     assert p.n_chunks >= 2
     args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", v.proj_start, v.proj_end)
     outs = {}
@@ -469,6 +469,7 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     assert not plan_mod.beta_early(32, 1, 132, "max", True)      # Viterbi has no backward
     assert not plan_mod.beta_early(32, 1, 132, "log", False)     # no CUDA: nothing runs beside
     assert p.beta_early == (DEVICE == "cuda")                    # these 4 runs: beside on a GPU only
+    assert not _plan(v, "log").beta_early                        # a plain forward: no backward follows
     # a differentiated forward (``backward=True``) whose chunks fill the GPU takes chunks twice as
     # long (at most 8·K), so that beta's programs fit beside the forward's; nothing else changes
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", None)
@@ -478,7 +479,10 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     assert (split.chunk, split.n_chunks, split.beta_early) == (6250, 16, True)
     assert (mk(16, 20000, backward=True).n_chunks, mk(16, 20000).n_chunks) == (4, 8)
     assert mk(8, 118212, backward=True) == mk(8, 118212)          # 2 x 8 x 16 programs: no room
-    assert mk(32, 3000, backward=True) == mk(32, 3000)            # one chunk each: beside already
+    # one chunk each: the same chunks, beta beside only before a backward, and a plain forward's
+    # runs take the multiprocessors beta's would (3 helpers each, not 1)
+    assert mk(32, 3000, backward=True) == dataclasses.replace(mk(32, 3000), beta_early=True, helpers=1)
+    assert (mk(32, 3000).beta_early, mk(32, 3000).helpers) == (False, 3)
     assert mk(4, 100000, backward=True, semiring="max") == mk(4, 100000, semiring="max")
     assert plan_mod.make_plan(4, 100000, 960, 47, backward=True) == plan_mod.make_plan(4, 100000, 960, 47)  # no CUDA
     monkeypatch.setattr(plan_mod, "BESIDE_SPLIT", False)
@@ -593,3 +597,9 @@ def test_helpers_use_the_multiprocessors_the_runs_leave():
     assert h(4, 33, 47, 132, False, True) == 0  # (4, 10^5, 960, 47): the runs fill the GPU
     assert h(8, 1, 20, 132, False, True) == 2  # 20 labels: two tiles of 16
     assert h(32, 1, 47, 132, False, False) == 0  # the interpreter
+    # the plan counts beta's runs only where a backward follows: (1, 10^5, 4000, 47) forward alone
+    # takes 3 helpers a run (72 ms on an H200, against 132 ms with 2; GPU_NOTES 80)
+    plain = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda")
+    trained = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda", backward=True)
+    assert (plain.n_chunks, plain.beta_early, plain.helpers) == (17, False, 3)
+    assert (trained.n_chunks, trained.beta_early, trained.helpers) == (17, True, 2)

@@ -357,7 +357,8 @@ def make_plan(
         device: the device the call runs on (its multiprocessor count sizes the chunks).
         backward: the forward will be differentiated (its backward makes the plan with the same
             flag): the blocked engine may then cut longer chunks to run beta beside the forward
-            (:func:`split_chunk_length`).
+            (:func:`split_chunk_length`), and runs beta beside it only then
+            (:attr:`KernelPlan.beta_early`); a plain forward's runs take the helpers beta would.
     """
     K_eff = max(1, min(int(K), T))
     c_pad, k_block = tile_sizes(C, K_eff)
@@ -410,7 +411,10 @@ def make_plan(
         # masks: the gene finder's step 4% faster, outputs bitwise equal), 16 in the max semiring
         # (Viterbi: 32 was 14% slower); H200, GPU_NOTES 52
         bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(32 if semiring == "log" else 16, c_pad))
-        early = beta_early(B, n, sms, semiring, on_cuda)
+        # beside only where a backward follows (a plain forward would count beta's runs and give
+        # its own runs fewer helpers: (1, 10^5, 4000, 47) took 2 helpers and 132 ms, not 3 and
+        # 72; GPU_NOTES 80)
+        early = backward and beta_early(B, n, sms, semiring, on_cuda)
         return KernelPlan(
             kind="mem", time_parallel=True, chunk=W, n_chunks=n, num_warps=num_warps or BLOCKED_WARPS,
             c_pad=c_pad, k_pad=k_pad, k_block=k_block, interval=interval, n_checkpoints=-(-T // interval), K=K_eff,
