@@ -4,7 +4,7 @@ phase (spec, fix-up, repair) timed apart by the profiler and the fix-ups' positi
 shapes on random models. If a step is bound by the helpers' share of phase A, the time falls
 with every helper; if by the run (phase B and the previous block's own rows), it stops falling.
 
-    python benchmarks/probes/helpers_scaling.py $OUT/helpers_scaling.json ["B,T,K,C;..."]
+    python benchmarks/probes/helpers_scaling.py $OUT/helpers_scaling.json ["B,T,K,C;..."] [log,max] [0,1,2,3]
 """
 import json
 import os
@@ -24,21 +24,24 @@ from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
 shapes = [(1, 100000, 4000, 47), (32, 3000, 960, 47)]
 if len(sys.argv) > 2:
     shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2].split(";")]
-configs = [("h0", 0, None), ("h1", 1, None), ("h2", 2, None), ("h3", 3, None)]
-extra = [("h3 chunk 1.2K", 3, 1.2), ("h1 chunk 1.2K", 1, 1.2)]
+semirings = sys.argv[3].split(",") if len(sys.argv) > 3 else ["log"]
+counts = [int(h) for h in sys.argv[4].split(",")] if len(sys.argv) > 4 else [0, 1, 2, 3]
+configs = [(f"h{h}", h, None) for h in counts]
+extra = [("h3 chunk 1.2K", 3, 1.2), ("h1 chunk 1.2K", 1, 1.2)] if len(sys.argv) <= 2 else []
 res = {"device": torch.cuda.get_device_name(), "shapes": {}}
 for (B, T, K, C) in shapes:
     cum, tr, db, lengths = random_model(B, T, K, C)
     v = validate_streaming_inputs(cum.detach(), tr.detach(), db.detach(), lengths, K)
     args = (v.cum_scores, v.transition, v.duration_bias, v.lengths)
     out = {}
-    for name, h, ck in configs + (extra if T >= 4 * K else []):
+    for sr, (name, h, ck) in [(sr, c) for sr in semirings for c in configs + (extra if T >= 4 * K else [])]:
+        name = name if sr == "log" else f"{sr} {name}"
         plan_mod.HELPERS_OVERRIDE = h
         plan_mod.CHUNK_OVERRIDE = None if ck is None else int(ck * K)
-        plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=False)
+        plan = launch.plan_for(v.cum_scores, v.transition, v.K, sr, backward=False)
 
         def fn():
-            return parallel.forward_chunked(*args, "log", None, None, plan)
+            return parallel.forward_chunked(*args, sr, None, None, plan)
 
         fn()
         ts = []
