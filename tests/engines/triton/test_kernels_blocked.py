@@ -587,9 +587,10 @@ def test_blocked_runs_go_on_alone_when_their_helpers_do_not_come(monkeypatch):
         assert torch.equal(a, b)
 
 
-def test_helpers_use_the_multiprocessors_the_runs_leave():
+def test_helpers_use_the_multiprocessors_the_runs_leave(monkeypatch):
     """One helper per 16 labels at most (a helper takes whole label tiles), three at most, none
-    where the runs fill the GPU or off CUDA; beta's runs beside the forward count."""
+    where the runs fill the GPU or off CUDA; beta's runs beside the forward count, only before a
+    backward; linear-space sums take only the helpers they need."""
     h = plan_mod.blocked_helpers
     assert h(32, 1, 47, 132, False, True) == 3  # 32 runs: 4 programs each fit 132
     assert h(32, 1, 47, 132, True, True) == 1  # with beta's 32 beside: 2 each
@@ -603,3 +604,9 @@ def test_helpers_use_the_multiprocessors_the_runs_leave():
     trained = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda", backward=True)
     assert (plain.n_chunks, plain.beta_early, plain.helpers) == (17, False, 3)
     assert (trained.n_chunks, trained.beta_early, trained.helpers) == (17, True, 2)
+    # linear-space sums (period 1) take only the helpers they need: one keeps up with 3 tiles of
+    # 960 rows, three are needed at 4000 rows; a forced count stands
+    lh = plan_mod.linear_helpers
+    assert (lh(3, 960, 3), lh(3, 2000, 3), lh(3, 4000, 3), lh(2, 4000, 3), lh(0, 4000, 3)) == (1, 2, 3, 2, 0)
+    monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 3)
+    assert lh(3, 960, 3) == 3

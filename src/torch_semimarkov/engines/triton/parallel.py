@@ -359,8 +359,10 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, semiring),
     )
-    # a helper takes whole label tiles (blocked._blk_help)
+    # a helper takes whole label tiles (blocked._blk_help); cheap linear sums need fewer
     helpers = min(plan.helpers, -(-C // cb))
+    if period == 1:
+        helpers = _plan.linear_helpers(helpers, K, -(-C // cb))
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)

@@ -114,6 +114,14 @@ HELP_INLINE: Optional[bool] = None
 #: The most helper programs a run takes (each takes a share of the label tiles).
 MAX_HELPERS = 3
 
+#: Rows x label tiles of linear-space block sums that one helper sums in the time its run steps
+#: through the positions: where the sums are linear (``blocked._tile_linear``, period 1), a run
+#: takes only the helpers that need (:func:`linear_helpers`). H200, forward ms with 1 / 2 / 3
+#: helpers (GPU_NOTES 80): (32, 3000, 960, 47) 16.1 / 16.0 / 16.9, (8, 3000) 15.5 / 15.9 / 16.0
+#: (one helper keeps up: 3 tiles x 960 rows), (1, 10^5, 4000, 47) 189 / 135 / 72 (three do not);
+#: the max semiring's term-by-term sums, ~3x dearer, took 3 at K = 960 (23.2 / 15.6 / 13.1).
+LINEAR_HELPER_ROWS = 4096
+
 
 @dataclass(frozen=True)
 class KernelPlan:
@@ -319,6 +327,15 @@ def blocked_helpers(B: int, n_chunks: int, C: int, sms: int, beside: bool, on_cu
         return 0
     runs = B * n_chunks * (2 if beside else 1)
     return max(0, min(sms // max(runs, 1) - 1, -(-C // 16), MAX_HELPERS))
+
+
+def linear_helpers(helpers: int, K: int, tiles: int) -> int:
+    """Helpers a run of linear-space block sums (period 1) takes of the plan's ``helpers``: enough
+    for its ``tiles`` label tiles of K rows at :data:`LINEAR_HELPER_ROWS` each, at least one; a
+    helper more only adds its handshakes. :data:`HELPERS_OVERRIDE` keeps the forced count."""
+    if HELPERS_OVERRIDE is not None or helpers <= 1:
+        return helpers
+    return min(helpers, max(1, -(-tiles * K // LINEAR_HELPER_ROWS)))
 
 
 def fixup_tol(plan: "KernelPlan", semiring: str) -> float:
