@@ -116,9 +116,9 @@ MAX_HELPERS = 3
 
 #: Rows x label tiles of linear-space block sums that one helper sums in the time its run steps
 #: through the positions: where the sums are linear (``blocked._tile_linear``, period 1), a run
-#: takes only the helpers that need (:func:`linear_helpers`). H200, forward ms with 1 / 2 / 3
+#: takes only the helpers it needs (:func:`linear_helpers`). H200, forward ms with 1 / 2 / 3
 #: helpers (GPU_NOTES 80): (32, 3000, 960, 47) 16.1 / 16.0 / 16.9, (8, 3000) 15.5 / 15.9 / 16.0
-#: (one helper keeps up: 3 tiles x 960 rows), (1, 10^5, 4000, 47) 189 / 135 / 72 (three do not);
+#: (one helper keeps up: 3 tiles x 960 rows), (1, 10^5, 4000, 47) 189 / 135 / 72 (each helper counts);
 #: the max semiring's term-by-term sums, ~3x dearer, took 3 at K = 960 (23.2 / 15.6 / 13.1).
 LINEAR_HELPER_ROWS = 4096
 
