@@ -11,7 +11,7 @@ import torch
 from torch_semimarkov.api.constrained import _validated
 from torch_semimarkov.core.cumsum import cumsum_time
 from torch_semimarkov.core.signature import keyword_options
-from torch_semimarkov.core.validation import StreamingInputs
+from torch_semimarkov.core.validation import StreamingInputs, detached
 from torch_semimarkov.engines.available import numba_module
 from torch_semimarkov.engines.interface import masked_input_grads, scale_grads
 from torch_semimarkov.engines.select import cpu_engine, cpu_limits, engine_masks, engine_takes, refuse
@@ -66,12 +66,12 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         plan, masks, ps = on_engine
     else:
         plan = launch.plan_for(inp.cum_scores, inp.transition, inp.K, backward=True)
-    d = lambda t: None if t is None else t.detach()  # noqa: E731
     args = (inp.cum_scores.detach(), inp.transition.detach(), inp.duration_bias.detach(), inp.lengths, inp.K)
     with torch.no_grad():
-        log_z, state = launch.launch_forward(*args, "log", d(ps), d(pe), plan=plan, masks=masks, beta=True)
+        log_z, state = launch.launch_forward(*args, "log", detached(ps), detached(pe), plan=plan, masks=masks,
+                                             beta=True)
         p_start, p_end, g_tr, g_db = (x.double() for x in launch.launch_backward(
-            *args, d(ps), d(pe), plan=plan, state=state, masks=masks))
+            *args, detached(ps), detached(pe), plan=plan, state=state, masks=masks))
         cum = inp.cum_scores.detach().double()
         x = cum[:, 1:] - cum[:, :-1]
         # P(position p has label c) = P(a c-segment starts at or before p) - P(one ends before p)
@@ -102,10 +102,9 @@ class _EngineEntropy(torch.autograd.Function):
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, engine):
         from torch_semimarkov.engines.triton.entropy import launch_entropy
         plan, masks, ps = engine
-        d = lambda t: None if t is None else t.detach()  # noqa: E731
-        H, *q = launch_entropy(d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K, d(ps),
-                               d(proj_end), plan=plan, masks=masks)
-        ctx.stash = (d(cum_scores), q, proj_start is not None, proj_end is not None)
+        H, *q = launch_entropy(detached(cum_scores), detached(transition), detached(duration_bias), inp.lengths,
+                               inp.K, detached(ps), detached(proj_end), plan=plan, masks=masks)
+        ctx.stash = (detached(cum_scores), q, proj_start is not None, proj_end is not None)
         return H.to(inp.cum_scores.dtype)
 
     @staticmethod
@@ -137,8 +136,8 @@ class _NumbaEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cum_scores, transition, duration_bias, proj_start, proj_end, inp, limits):
-        d = lambda t: None if t is None else t.detach()  # noqa: E731
-        args = (d(cum_scores), d(transition), d(duration_bias), inp.lengths, inp.K, d(proj_start), d(proj_end))
+        args = (detached(cum_scores), detached(transition), detached(duration_bias), inp.lengths, inp.K,
+                detached(proj_start), detached(proj_end))
         grads = any(ctx.needs_input_grad[:5])
         out = numba_module("entropy").expected_score_numba(args, masks=limits, grads=grads)
         log_z, expected = out[0], out[1]
@@ -260,9 +259,10 @@ class _NumbaNegExpectedScore(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, p_cum, p_tr, p_db, p_ps, p_pe, q_cum, q_tr, q_db, q_ps, q_pe, inp_p, inp_q, limits, limits_q):
-        d = lambda t: None if t is None else t.detach()  # noqa: E731
-        p_args = (d(p_cum), d(p_tr), d(p_db), inp_p.lengths, inp_p.K, d(p_ps), d(p_pe))
-        q_args = (d(q_cum), d(q_tr), d(q_db), inp_q.lengths, inp_q.K, d(q_ps), d(q_pe))
+        p_args = (detached(p_cum), detached(p_tr), detached(p_db), inp_p.lengths, inp_p.K, detached(p_ps),
+                  detached(p_pe))
+        q_args = (detached(q_cum), detached(q_tr), detached(q_db), inp_q.lengths, inp_q.K, detached(q_ps),
+                  detached(q_pe))
         grads = any(ctx.needs_input_grad[:10])
         out = numba_module("entropy").expected_score_numba(p_args, q_args, limits, grads, limits_q)
         log_z, expected = out[0], out[1]

@@ -10,7 +10,7 @@ import torch
 from torch_semimarkov.api.constrained import _validated
 from torch_semimarkov.core.results import SegmentationSamples
 from torch_semimarkov.core.signature import keyword_options
-from torch_semimarkov.core.validation import StreamingInputs
+from torch_semimarkov.core.validation import StreamingInputs, detached
 from torch_semimarkov.engines.available import numba_module
 from torch_semimarkov.engines.select import cpu_engine, cpu_limits, engine_samples
 from torch_semimarkov.engines.torch.dense import _fill_past_length, _inverse_cdf, _Model, _NEG, _walk
@@ -143,9 +143,9 @@ def semi_crf_streaming_sample(
         uniforms = torch.rand((S * B, T + 1, 2), generator=generator, dtype=torch.float64, device=dev)
         eng = cpu_engine(inp, backend) and numba_module("sample")
         if eng:
-            d = lambda t: None if t is None else t.detach()  # noqa: E731
-            labels, starts, log_z = eng.sample_numba(d(inp.cum_scores), d(inp.transition), d(inp.duration_bias),
-                                                     inp.lengths, inp.K, d(inp.proj_start), d(inp.proj_end),
+            labels, starts, log_z = eng.sample_numba(detached(inp.cum_scores), detached(inp.transition),
+                                                     detached(inp.duration_bias), inp.lengths, inp.K,
+                                                     detached(inp.proj_start), detached(inp.proj_end),
                                                      uniforms, masks=cpu_limits(inp, lm, bm))
             return _samples_result(inp, S, labels, starts, log_z)
         model = _Model(inp, lm, bm)

@@ -63,6 +63,12 @@ def debug_checks() -> bool:
     return os.environ.get("TORCH_SEMIMARKOV_DEBUG", "") not in ("", "0")
 
 
+def detached(t: Optional[Tensor]) -> Optional[Tensor]:
+    """``t.detach()``, or None for an absent optional input (``proj_start``, ``proj_end``): what the
+    engines' entries and the custom Functions hand to kernels that record no graph."""
+    return None if t is None else t.detach()
+
+
 def forbid(t: torch.Tensor) -> torch.Tensor:
     """``t`` with every forbidden entry (``-inf`` or ``<= NEG_INF``) set to ``IMPOSSIBLE``."""
     # the fill is IMPOSSIBLE written as a literal (tests/api/test_compile.py checks that they are

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from torch_semimarkov.core.masks import segment_limits
-from torch_semimarkov.core.validation import debug_checks
+from torch_semimarkov.core.validation import debug_checks, detached
 from torch_semimarkov.core.values import check_input_values
 from torch_semimarkov.engines.available import numba_engine, triton_launchers
 from torch_semimarkov.engines.torch.dense import _Model, ConstrainedLogZ, dense_marginals, dense_topk
@@ -279,9 +279,8 @@ ENGINES = {"triton": TritonEngine, "numba": NumbaEngine, "torch": TorchEngine}
 
 def _detached(inp):
     """``((cum_scores, transition, duration_bias, lengths, K), proj_start, proj_end)``, detached."""
-    d = lambda t: None if t is None else t.detach()  # noqa: E731
-    return ((d(inp.cum_scores), d(inp.transition), d(inp.duration_bias), inp.lengths, inp.K), d(inp.proj_start),
-            d(inp.proj_end))
+    return ((detached(inp.cum_scores), detached(inp.transition), detached(inp.duration_bias), inp.lengths, inp.K),
+            detached(inp.proj_start), detached(inp.proj_end))
 
 
 def _triton_masked(inp, masks):
