@@ -95,7 +95,14 @@ def time_both(B, T, K, C, opts, inputs=None):
     res = {"B": B, "T": T, "K": K, "C": C}
     plan = launch.plan_for(cum, tr, K, "log")
     res["plan"] = {"kind": plan.kind, "time_parallel": plan.time_parallel, "chunk": plan.chunk,
-                   "n_chunks": plan.n_chunks, "num_warps": plan.num_warps, "bt": plan.bt, "rb": plan.rb, "cb": plan.cb}
+                   "n_chunks": plan.n_chunks, "num_warps": plan.num_warps, "bt": plan.bt, "rb": plan.rb, "cb": plan.cb,
+                   "helpers": plan.helpers}
+    # a differentiated forward's plan (chunks for beta beside it, helpers) and Viterbi's; "helpers" is the
+    # plan's count, of which linear-space sums take only what they need at launch (plan.linear_helpers)
+    pb, pv = launch.plan_for(cum, tr, K, "log", backward=True), launch.plan_for(cum, tr, K, "max")
+    res["plan_fwd_bwd"] = {"chunk": pb.chunk, "n_chunks": pb.n_chunks, "beta_early": pb.beta_early,
+                           "helpers": pb.helpers}
+    res["plan_viterbi"] = {"chunk": pv.chunk, "n_chunks": pv.n_chunks, "helpers": pv.helpers}
     f, fb, vit = calls(cum, tr, db, lengths, K, None, ps, pe)
     res["new"] = {"forward_ms": median_ms(f), "fwd_bwd_ms": median_ms(fb), "viterbi_ms": median_ms(vit)}
     torch.cuda.empty_cache()
