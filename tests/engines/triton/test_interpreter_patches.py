@@ -1,5 +1,6 @@
 """The conftest's speed-ups of Triton's interpreter change no outcome: the int32 overflow
-sanitiser it skips is one whose result ``device_assert`` throws away (``options.debug`` off)."""
+sanitiser it skips is one whose result ``device_assert`` throws away (``options.debug`` off), and
+the numpy dtypes it remembers are the ones Triton's map gives."""
 
 import os
 
@@ -67,3 +68,18 @@ def test_kernels_launch_from_a_data_stack_chunk_of_their_own(monkeypatch):
     monkeypatch.setattr(interp, "_patch_lang", spy)
     assert _run() == [-(2**31), 6]
     assert rooms and all(n is not None and n >= 20000 for n in rooms), rooms
+
+
+def test_remembered_numpy_dtypes_are_the_interpreters_own():
+    """The conftest's ``_remember_numpy_dtypes``: every Triton dtype (and a pointer) maps to the
+    numpy dtype of Triton's own ``_get_np_dtype``, asked twice (the second answer remembered)."""
+    from triton.runtime import interpreter as interp
+
+    original = getattr(interp._get_np_dtype, "__wrapped__", None)
+    if original is None:
+        pytest.skip("the conftest patch is off (TSM_INTERPRETER_REPATCH=1 or another Triton)")
+    kinds = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64,
+             tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.pointer_type(tl.float32)]
+    for dt in kinds:
+        assert interp._get_np_dtype(dt) == original(dt) == interp._get_np_dtype(dt), dt
+    assert _run() == [-(2**31), 6]
