@@ -1,6 +1,7 @@
 """The conftest's speed-ups of Triton's interpreter change no outcome: the int32 overflow
-sanitiser it skips is one whose result ``device_assert`` throws away (``options.debug`` off), and
-the numpy dtypes it remembers are the ones Triton's map gives."""
+sanitiser it skips is one whose result ``device_assert`` throws away (``options.debug`` off), the
+numpy dtypes it remembers are the ones Triton's map gives, and the block types it shares are those
+Triton would build."""
 
 import os
 
@@ -82,4 +83,28 @@ def test_remembered_numpy_dtypes_are_the_interpreters_own():
              tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.pointer_type(tl.float32)]
     for dt in kinds:
         assert interp._get_np_dtype(dt) == original(dt) == interp._get_np_dtype(dt), dt
+    assert _run() == [-(2**31), 6]
+
+
+def test_shared_block_types_are_the_ones_triton_builds():
+    """The conftest's ``_share_block_types``: equal (element type, shape) give one object, whose
+    fields are those of a block type built by Triton's own ``__init__``; other shapes and element
+    types give other objects; pointer element types (no hash) are built anew each time; a kernel
+    runs as before."""
+    from triton.language import core
+
+    build = getattr(core.block_type.__init__, "__wrapped__", None)
+    if build is None:
+        pytest.skip("the conftest patch is off (TSM_INTERPRETER_REPATCH=1 or another Triton)")
+    a, b = core.block_type(tl.float32, [4, 8]), core.block_type(tl.float32, (4, tl.constexpr(8)))
+    assert a is b
+    fresh = object.__new__(core.block_type)
+    build(fresh, tl.float32, [4, 8])
+    fields = ("element_ty", "shape", "numel", "name")
+    assert all(getattr(a, f) == getattr(fresh, f) for f in fields) and a == fresh
+    assert core.block_type(tl.float32, [8, 4]) is not a and core.block_type(tl.float64, [4, 8]) is not a
+    assert core.block_type(tl.float64, [4, 8]).element_ty == tl.float64
+    p = tl.pointer_type(tl.float32)
+    c, d = core.block_type(p, [4]), core.block_type(p, [4])
+    assert c == d and c.element_ty == p and c.shape == d.shape
     assert _run() == [-(2**31), 6]
