@@ -166,7 +166,8 @@ def _share_block_types() -> None:
     except ImportError:
         return
     block_type = getattr(core, "block_type", None)
-    if block_type is None or "__new__" in vars(block_type):
+    unwrap = getattr(core, "_unwrap_if_constexpr", None)
+    if block_type is None or unwrap is None or "__new__" in vars(block_type):
         return
     build = block_type.__init__
     kept: dict = {}
@@ -176,7 +177,7 @@ def _share_block_types() -> None:
             return object.__new__(cls)
         element_ty, shape = args
         try:
-            key = (element_ty, builtins_tuple(int(core._unwrap_if_constexpr(n)) for n in shape))
+            key = (element_ty, builtins_tuple(int(unwrap(n)) for n in shape))
             found = kept.get(key)
         except (TypeError, ValueError):  # an element type without a hash
             key = found = None
