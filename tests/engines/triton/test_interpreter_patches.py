@@ -89,8 +89,8 @@ def test_remembered_numpy_dtypes_are_the_interpreters_own():
 def test_shared_block_types_are_the_ones_triton_builds():
     """The conftest's ``_share_block_types``: equal (element type, shape) give one object, whose
     fields are those of a block type built by Triton's own ``__init__``; other shapes and element
-    types give other objects; pointer element types (no hash) are built anew each time; a kernel
-    runs as before."""
+    types give other objects; pointer element types (no hash) are built anew each time; tensors of
+    a shared type share its shape and numel, equal to Triton's own; a kernel runs as before."""
     from triton.language import core
 
     build = getattr(core.block_type.__init__, "__wrapped__", None)
@@ -107,4 +107,14 @@ def test_shared_block_types_are_the_ones_triton_builds():
     p = tl.pointer_type(tl.float32)
     c, d = core.block_type(p, [4]), core.block_type(p, [4])
     assert c == d and c.element_ty == p and c.shape == d.shape
+    # tensors of a shared type share its shape and numel, equal to what Triton's __init__ gives
+    t1, t2 = core.tensor(None, a), core.tensor(None, a)
+    own = object.__new__(core.tensor)
+    core.tensor.__init__.__wrapped__(own, None, a)
+    for t in (t1, t2):
+        assert t.type is a and t.dtype == tl.float32 and t.handle is None
+        assert list(t.shape) == list(own.shape) and t.numel == own.numel
+    assert t2.shape is t1.shape
+    s = core.tensor(None, tl.float32)  # a scalar: built as before
+    assert len(s.shape) == 0 and s.dtype == tl.float32
     assert _run() == [-(2**31), 6]
