@@ -162,7 +162,7 @@ def _share_block_types() -> None:
     (pointers) and subclasses are built as before. The tensors of a shared type share its shape
     (a tuple of constexprs) and numel too. One blocked and one backward test file's cases:
     19.4-19.5 -> 18.0-18.8 s of CPU with the types shared (five runs; with
-    :func:`_remember_numpy_dtypes`), 16.8-17.3 with the shapes too (three runs)."""
+    :func:`_remember_numpy_dtypes`), 16.8-17.6 with the shapes too (five runs)."""
     try:
         from triton.language import core
     except ImportError:
@@ -179,7 +179,7 @@ def _share_block_types() -> None:
             return object.__new__(cls)
         element_ty, shape = args
         try:
-            key = (element_ty, builtins_tuple(int(unwrap(n)) for n in shape))
+            key = (element_ty, tuple(int(unwrap(n)) for n in shape))
             found = kept.get(key)
         except (TypeError, ValueError):  # an element type without a hash
             key = found = None
@@ -195,7 +195,6 @@ def _share_block_types() -> None:
         if not self.__dict__.get("_tsm_kept"):
             build(self, *args, **kwargs)
 
-    builtins_tuple = tuple
     init.__wrapped__ = build
     block_type.__new__ = new
     block_type.__init__ = init
