@@ -207,10 +207,11 @@ def _share_block_types() -> None:
     make = tensor.__init__
 
     def tensor_init(self, handle, type):
-        kept_shape = getattr(type, "__dict__", {}).get("_tsm_shape")
+        fields = getattr(type, "__dict__", {})
+        kept_shape = fields.get("_tsm_shape")
         if kept_shape is None:
             make(self, handle, type)
-            if getattr(type, "__dict__", {}).get("_tsm_kept"):
+            if fields.get("_tsm_kept"):
                 type._tsm_shape = (self.shape, self.numel)
             return
         self.handle = handle

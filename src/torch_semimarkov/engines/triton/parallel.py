@@ -360,9 +360,10 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         TOL=fixup_tol(plan, semiring),
     )
     # a helper takes whole label tiles (blocked._blk_help); cheap linear sums need fewer
-    helpers = min(plan.helpers, -(-C // cb))
+    tiles = -(-C // cb)
+    helpers = min(plan.helpers, tiles)
     if period == 1:
-        helpers = _plan.linear_helpers(helpers, K, -(-C // cb))
+        helpers = _plan.linear_helpers(helpers, K, tiles)
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
