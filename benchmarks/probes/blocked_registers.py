@@ -6,6 +6,7 @@ kernels are compiled for sm_90 with Triton and the bundled ``ptxas -v`` (no devi
     python benchmarks/probes/blocked_registers.py            # $OUT/blocked_registers.json
     TILES=32x64x16,16x32x32 LINEAR=None,False,3 python benchmarks/probes/blocked_registers.py
     HELPERS=0,2 python benchmarks/probes/blocked_registers.py   # also with 2 helper programs a run
+    HELPERS=6 SPLIT=3,2,64 python benchmarks/probes/blocked_registers.py   # 6 as 3 label groups x 2 row parts
 
 Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the log semiring's block sums
 (linear with one shift, log space, residue classes: ``LINEAR``) and the max semiring's; spilled
@@ -34,6 +35,8 @@ TILES = [tuple(int(x) for x in t.split("x")) for t in os.environ.get("TILES", "3
 LINEAR = [{"None": None, "False": False, "3": 3}[x] for x in os.environ.get("LINEAR", "None,False,3").split(",")]
 # helper programs a run (``plan.HELPERS_OVERRIDE``; > 0 compiles the kernel with its helpers' code)
 HELPERS = [int(x) for x in os.environ.get("HELPERS", "0").split(",")]
+# their split into label groups and row parts, e.g. SPLIT=3,2,64 (``plan.HELPER_SPLIT_OVERRIDE``)
+SPLIT = tuple(int(x) for x in os.environ["SPLIT"].split(",")) if os.environ.get("SPLIT") else None
 B, T, K, C = 1, 12, 960, 47
 
 
@@ -49,6 +52,7 @@ def main():
     plan_mod.HELP_INLINE = False
     for tile, helpers in [(t, h) for t in TILES for h in HELPERS]:
         plan_mod.HELPERS_OVERRIDE = helpers
+        plan_mod.HELPER_SPLIT_OVERRIDE = SPLIT if helpers else None
         plan_mod.BLOCK_OVERRIDE = tile
         for sr, linear in [("log", x) for x in LINEAR] + [("max", None)]:
             plan_mod.BLOCKED_LINEAR = linear

@@ -502,11 +502,13 @@ def _long_segments_case(seed):
 @pytest.mark.parametrize("kind", ["log-space", pytest.param("linear", marks=_FULL), "viterbi", "masks"])
 def test_blocked_helpers_split_the_block_sums_exactly(kind, monkeypatch):
     """Helpers (``blocked._blk_help``: programs that sum the rows older than the previous block
-    for the next block while the run steps; here 2 of them over 3 label tiles, and on the
-    interpreter the run computes their tiles itself, as it does on a GPU whose helpers do not come):
-    log Z and the gradients (forward and beta runs, their fix-ups), the best score, labels and
-    starts, and the masked log Z equal those without helpers to float32 rounding, and log Z
-    the oracle's, with two chunks of 3 blocks a sequence so that every run has blocks with a
+    for the next block while the run steps; on the interpreter the run computes their parts itself,
+    as it does on a GPU whose helpers do not come): 2 of them over 3 label tiles (the plan's split:
+    the rows in two parts, each helper every tile), and 4 as 2 label groups x 2 row parts (rows
+    0-3 and 4-8). log Z
+    and the gradients (forward and beta runs, their fix-ups), the best score, labels and starts,
+    and the masked log Z equal those without helpers to float32 rounding, and log Z the
+    oracle's, with two chunks of 3 blocks a sequence so that every run has blocks with a
     helpers' part, in both slots."""
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
@@ -524,8 +526,12 @@ def test_blocked_helpers_split_the_block_sums_exactly(kind, monkeypatch):
         lm[..., 0] = True
         masks = engine_limits(lm.to(v.cum_scores.device), None, 2, 24, 5, v.K, v.cum_scores.device)
     outs = {}
-    for h in (0, 2):
+    assert plan_mod.helper_split(2, 3, v.K, 4) == (1, 2)  # the plan's split of 2 helpers here
+    # rows of 4 a part (a block's 4 positions reach 5 old rows here; even parts would leave the
+    # second empty), so that both parts hold rows the positions use and tie across parts
+    for h, split in ((0, None), (2, None), (4, (2, 2, 4))):
         monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", h)
+        monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", split)
         p = _plan(v, semiring)
         assert p.helpers == h and p.n_chunks == 2
         if kind == "viterbi":
@@ -539,11 +545,13 @@ def test_blocked_helpers_split_the_block_sums_exactly(kind, monkeypatch):
             z, grads = _forward_backward(v, p)
             outs[h] = [cpu(z), *grads]
     if kind == "viterbi":
-        assert_close(outs[2][0], outs[0][0], atol=1e-5, rtol=1e-6)
-        assert torch.equal(outs[2][1], outs[0][1]) and torch.equal(outs[2][2], outs[0][2])
-        check_viterbi(inp, *outs[2], v.lengths.tolist())
+        for h in (2, 4):
+            assert_close(outs[h][0], outs[0][0], atol=1e-5, rtol=1e-6)
+            assert torch.equal(outs[h][1], outs[0][1]) and torch.equal(outs[h][2], outs[0][2])
+            check_viterbi(inp, *outs[h], v.lengths.tolist())
         # all-zero scores tie everywhere: the previous block's rows (shorter durations) win over
-        # the helpers' ties, so every position starts a segment of label 0
+        # the helpers' ties, and an earlier row part over a later one (2 x 2 helpers here), so
+        # every position starts a segment of label 0
         T = 30
         zero = {"cum_scores": torch.zeros(1, T + 1, 5), "transition": torch.zeros(5, 5),
                 "duration_bias": torch.zeros(9, 5), "lengths": torch.tensor([T]), "K": 9, "proj_start": None,
@@ -553,12 +561,13 @@ def test_blocked_helpers_split_the_block_sums_exactly(kind, monkeypatch):
                                                   plan=_plan(v, "max"))
         assert cpu(labels)[0].tolist() == [0] * T and cpu(starts)[0].tolist() == [True] * T
         return
-    assert_close(outs[2][0], outs[0][0], atol=1e-5, rtol=1e-6)
-    if kind == "masks":
-        assert torch.isfinite(outs[2][0]).all()
-        return
-    assert_close(outs[2][0], naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
-    _assert_grads_close(outs[2][1:], outs[0][1:])
+    for h in (2, 4):
+        assert_close(outs[h][0], outs[0][0], atol=1e-5, rtol=1e-6)
+        if kind == "masks":
+            assert torch.isfinite(outs[h][0]).all()
+            continue
+        assert_close(outs[h][0], naive_semi_crf(**inp, semiring="log"), atol=1e-4, rtol=1e-6)
+        _assert_grads_close(outs[h][1:], outs[0][1:])
 
 
 def test_blocked_runs_go_on_alone_when_their_helpers_do_not_come(monkeypatch):
@@ -588,25 +597,31 @@ def test_blocked_runs_go_on_alone_when_their_helpers_do_not_come(monkeypatch):
 
 
 def test_helpers_use_the_multiprocessors_the_runs_leave(monkeypatch):
-    """One helper per 16 labels at most (a helper takes whole label tiles), three at most, none
-    where the runs fill the GPU or off CUDA; beta's runs beside the forward count, only before a
-    backward; linear-space sums take only the helpers they need."""
+    """Six helpers at most (they split the label tiles and the rows), none where the runs fill the
+    GPU or off CUDA; beta's runs beside the forward count, only before a backward; linear-space
+    sums take only the helpers they need; the split gives the busiest helper the least work."""
     h = plan_mod.blocked_helpers
     assert h(32, 1, 47, 132, False, True) == 3  # 32 runs: 4 programs each fit 132
     assert h(32, 1, 47, 132, True, True) == 1  # with beta's 32 beside: 2 each
     assert h(1, 17, 47, 132, True, True) == 2  # (1, 10^5, 4000, 47): 34 runs
     assert h(4, 33, 47, 132, False, True) == 0  # (4, 10^5, 960, 47): the runs fill the GPU
-    assert h(8, 1, 20, 132, False, True) == 2  # 20 labels: two tiles of 16
+    assert h(8, 1, 20, 132, False, True) == 6  # 8 runs: 15 idle multiprocessors each, 6 at most
     assert h(32, 1, 47, 132, False, False) == 0  # the interpreter
     # the plan counts beta's runs only where a backward follows: (1, 10^5, 4000, 47) forward alone
-    # takes 3 helpers a run (72 ms on an H200, against 132 ms with 2; GPU_NOTES 80)
+    # takes 6 helpers a run (2 had counted beta's runs: 132 ms on an H200 against 72 ms with 3; GPU_NOTES 80)
     plain = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda")
     trained = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda", backward=True)
-    assert (plain.n_chunks, plain.beta_early, plain.helpers) == (17, False, 3)
+    assert (plain.n_chunks, plain.beta_early, plain.helpers) == (17, False, 6)
     assert (trained.n_chunks, trained.beta_early, trained.helpers) == (17, True, 2)
-    # linear-space sums (period 1) take only the helpers they need: one keeps up with 3 tiles of
-    # 960 rows, three are needed at 4000 rows; a forced count stands
+    # linear-space sums (period 1) take only the helpers they need (2,048 tile rows each): two for
+    # 3 tiles of 960 rows, six at 4000 rows; a forced count stands
     lh = plan_mod.linear_helpers
-    assert (lh(3, 960, 3), lh(3, 2000, 3), lh(3, 4000, 3), lh(2, 4000, 3), lh(0, 4000, 3)) == (1, 2, 3, 2, 0)
+    assert (lh(3, 960, 3), lh(6, 960, 3), lh(3, 4000, 3), lh(6, 4000, 3), lh(0, 4000, 3)) == (2, 2, 3, 6, 0)
+    # the split: the least work for the busiest helper (label tiles / row parts), then the fewest
+    # helpers, then label groups before row parts
+    hs = plan_mod.helper_split
+    assert hs(3, 3, 960, 64) == (3, 1) and hs(2, 3, 960, 64) == (1, 2) and hs(6, 3, 4000, 64) == (3, 2)
+    assert hs(1, 3, 960, 64) == (1, 1) and hs(0, 3, 960, 64) == (0, 1) and hs(4, 3, 4000, 64) == (1, 4)
+    assert hs(6, 3, 100, 64) == (3, 2) and hs(6, 1, 100, 64) == (1, 2)  # parts of whole row tiles
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 3)
     assert lh(3, 960, 3) == 3

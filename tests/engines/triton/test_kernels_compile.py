@@ -98,6 +98,10 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     monkeypatch.setattr(plan_mod, "HELP_INLINE", False)
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"), wide=True)
+    # and helpers that split the rows as well (two parts of 4 rows, each helper every label tile)
+    monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", (1, 2, 4))
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
+    monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels

@@ -108,10 +108,10 @@ if HAS_TRITON:
     @triton.jit
     def _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, s_ref, C, K, cols,
                     mcol, orr, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
-                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, KR, CM: tl.constexpr):
-        """Phase A of one label tile in log space, term by term, over the old rows rho < KR (K: all
-        of them; BT with helpers: the previous block's rows, ``_help_parts``):
-        ``(P (BT, CB), argmax k)``."""
+                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, R0, KR, CM: tl.constexpr):
+        """Phase A of one label tile in log space, term by term, over the old rows R0 <= rho < KR
+        (0, K: all of them; a helper's share of them; 0, BT with helpers: the previous block's rows,
+        ``_help_parts``): ``(P (BT, CB), argmax k)``."""
         run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
         run_s = tl.zeros([BT, CB], dtype=tl.float32)
         run_k = tl.zeros([BT, CB], dtype=tl.int32)
@@ -124,7 +124,7 @@ if HAS_TRITON:
                 qi = q0 + ii
                 limb = tl.load(lim_b + qi[:, None] * C + cols[None, :], mask=vi[:, None] & mcol[None, :],
                                other=0)
-        for r0 in range(0, KR, orr.shape[0]):
+        for r0 in range(R0, KR, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
             # duration k = i + rho of row rho at position i
@@ -159,9 +159,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K, cols, mcol,
-                     orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
+                     orr, R0, R1, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
                      REVERSE: tl.constexpr, CM: tl.constexpr):
-        """The linear-space sum of the old rows against ``ED`` with one shift per label:
+        """The linear-space sum of the old rows R0 <= rho < R1 against ``ED`` with one shift per label:
         ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] = sum_rho exp(V[rho, c] -
         m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row some position of the block may use
         (duration in [kmin_c, kmax_c]) and lo / hi the first and last finite such row."""
@@ -169,7 +169,7 @@ if HAS_TRITON:
         acc = tl.zeros([BT, CB], dtype=tl.float32)
         lo = tl.full([CB], 1 << 30, tl.int32)
         hi = tl.full([CB], -(1 << 30), tl.int32)
-        for r0 in range(0, K, orr.shape[0]):
+        for r0 in range(R0, R1, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
             # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
@@ -195,9 +195,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _linear_core(q0, ii, kmin, kmax, lam, res, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K,
-                     cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                     cols, mcol, orr, R0, R1, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
                      BT: tl.constexpr, REVERSE: tl.constexpr, CM: tl.constexpr):
-        """The linear-space sum of the old rows every position of the block may use (duration in
+        """The linear-space sum of the old rows R0 <= rho < R1 every position of the block may use (duration in
         [kmin_c, kmax_c] for i = 1 .. BT), each row raised by ``lam_c · rho`` (the trend taken out
         of ``ED``), with one shift per residue class of the rows modulo 3: ``(acc (BT, CB), M (BT,
         CB), has (BT, CB))`` with ``acc[i, c] = sum_rho exp(V[rho, c] - M[i, c]) · ED[i + rho - 1,
@@ -212,7 +212,7 @@ if HAS_TRITON:
         acc = tl.zeros([BT, CB], dtype=tl.float32)
         any_res = res[None, :] < 0
         js = (res[None, :] - ii[:, None] + 3 * BT) % 3  # the class that reaches position i
-        for r0 in range(0, K, orr.shape[0]):
+        for r0 in range(R0, R1, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
             use = ok[:, None] & (rho[:, None] + 1 >= kmin[None, :]) & (rho[:, None] + BT <= kmax[None, :])
@@ -242,12 +242,13 @@ if HAS_TRITON:
 
     @triton.jit
     def _edge_exact(q0, ii, vi, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, s_ref, C, K, cols,
-                    mcol, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+                    mcol, R0, R1, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
                     CM: tl.constexpr):
         """The old rows that only some positions of the block may use, term by term in log space:
         per label, rho in [kmin - BT, kmin - 2] (short durations) and [max(kmax - BT + 1, kmin - 1),
         kmax - 1] (long ones; all of a label's rows where its range is narrower than the block),
-        at most 2·BT - 2 rows a label. Returns ``P (BT, CB)``."""
+        at most 2·BT - 2 rows a label; only those in R0 <= rho < R1 (a helper's share of the rows).
+        Returns ``P (BT, CB)``."""
         oe = tl.arange(0, 8)
         low_end = tl.minimum(kmin - 2, kmax - 1)
         up_start = tl.maximum(kmax - BT + 1, kmin - 1)
@@ -258,7 +259,7 @@ if HAS_TRITON:
             lower = e < BT - 1
             rho = tl.where(lower, kmin[None, :] - BT + e, up_start[None, :] + e - (BT - 1))
             ok = tl.where(lower, rho <= low_end[None, :], rho <= kmax[None, :] - 1) & (e < 2 * BT - 2)
-            ok = ok & (rho >= 0) & (rho < K) & mcol[None, :]
+            ok = ok & (rho >= R0) & (rho < R1) & (rho < K) & mcol[None, :]
             if REVERSE:
                 r = q0 + rho
                 ok = ok & (r <= L)
@@ -282,7 +283,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, s_ref,
-                     C, K, cols, mcol, orr, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
+                     C, K, cols, mcol, orr, R0, R1, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
                      BT: tl.constexpr, REVERSE: tl.constexpr, PERIOD: tl.constexpr, IO: tl.constexpr,
                      CM: tl.constexpr):
         """Phase A of one label tile (log semiring) as a product in linear space:
@@ -313,13 +314,17 @@ if HAS_TRITON:
 
         IO: the positions are q0 + d·i for i = IO + 1 .. IO + BT (a helper's part, ``_blk_help``):
         the rows' durations shift by IO, so the rows' selection takes the range [kmin - IO,
-        kmax - IO]."""
+        kmax - IO].
+
+        R0, R1: the rows R0 <= rho < R1 only (0, K: all; a helper's share, ``_blk_help``); whether a
+        sum underflowed is judged over these rows, and so is its term-by-term recomputation."""
         kmin = tl.load(kr_ptr + cols)
         kmax = tl.load(kr_ptr + C_PAD + cols)
         md = tl.load(md_ptr + cols)
         if PERIOD == 1:
             acc, run_m, lo, hi = _linear_rows(q0, ii, kmin - IO, kmax - IO, start, L, H, r_b, f_b, in32, in64, cum_b,
-                                              ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, CM)
+                                              ed_ptr, s_ref, C, K, cols, mcol, orr, R0, R1, HAS_IN, C_PAD, CB, BT,
+                                              REVERSE, CM)
             p = tl.where(acc > 0, (run_m + md)[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
             possible = vi[:, None] & mcol[None, :] & (hi >= lo)[None, :] & \
                 ((ii[:, None] + lo[None, :]) <= kmax[None, :]) & ((ii[:, None] + hi[None, :]) >= kmin[None, :])
@@ -328,26 +333,27 @@ if HAS_TRITON:
             res = tl.load(kr_ptr + 2 * C_PAD + cols)
             lam = tl.load(md_ptr + C_PAD + cols)
             acc, M, has = _linear_core(q0, ii, kmin - IO, kmax - IO, lam, res, start, L, H, r_b, f_b, in32, in64,
-                                       cum_b, ed_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE,
-                                       CM)
+                                       cum_b, ed_ptr, s_ref, C, K, cols, mcol, orr, R0, R1, HAS_IN, C_PAD, CB, BT,
+                                       REVERSE, CM)
             p = tl.where(acc > 0, M + md[None, :] + log_(tl.where(acc > 0, acc, 1.0)), 2 * MASK)
             possible = vi[:, None] & mcol[None, :] & has
             need = tl.sum(tl.sum((possible & (acc <= 1e-25)).to(tl.int32), 1), 0) > 0
             p = tl.where(p > MASK, p + lam[None, :] * ii[:, None].to(tl.float32), p)
             p = _lae(p, _edge_exact(q0, ii, vi, kmin - IO, kmax - IO, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr,
-                                    s_ref, C, K, cols, mcol, HAS_IN, CB, BT, REVERSE, CM))
+                                    s_ref, C, K, cols, mcol, R0, R1, HAS_IN, CB, BT, REVERSE, CM))
         return p, need
 
     @triton.jit
     def _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                 lim_b, C, K, oi, ob, orr, orx, cb0, HAS_IN: tl.constexpr,
+                 lim_b, C, K, oi, ob, orr, orx, cb0, R0, R1, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
                  REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
                  CBS: tl.constexpr, IO: tl.constexpr, CM: tl.constexpr):
         """The old rows' part of the block's positions q0 + d·i (i = IO + 1 .. IO + nb), written to
         the scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
         the segment sums relative to S_{q0}, for the label tiles cb0, cb0 + CBS, ... (all of them:
-        cb0 = 0, CBS = CB; a helper's share of them, ``_blk_help``, at IO = BT). HAS_MASK:
+        cb0 = 0, CBS = CB; a helper's share of them, ``_blk_help``, at IO = BT), over the old rows
+        R0 <= rho < R1 (0, K: all; a helper's share). HAS_MASK:
         ``lim_b`` (T+1, C) int32 is the segment limit per (position, label), the smallest allowed
         start (forward) or the largest allowed end (beta) of a segment at that position. LINEAR
         (log semiring, no masks): the sums as products in linear space (``_tile_linear``), a tile
@@ -360,17 +366,18 @@ if HAS_TRITON:
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
             if LINEAR:
                 p, need = _tile_linear(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
-                                       kr_ptr, s_ref, C, K, cols, mcol, orr, HAS_IN, C_PAD, CB, BT, REVERSE, LINEAR,
-                                       IO, CM)
+                                       kr_ptr, s_ref, C, K, cols, mcol, orr, R0, R1, HAS_IN, C_PAD, CB, BT, REVERSE,
+                                       LINEAR, IO, CM)
                 if need:
                     # counted in row 3 of the duration ranges (probes: how often the sums underflow)
                     tl.atomic_add(kr_ptr + 3 * C_PAD, 1)
                     p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                           s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, K,
-                                           CM)
+                                           s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, R0,
+                                           R1, CM)
             else:
                 p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                       s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, K, CM)
+                                       s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, R0, R1,
+                                       CM)
                 if IS_MAX:
                     tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
@@ -378,12 +385,14 @@ if HAS_TRITON:
     @triton.jit
     def _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, hs_b, hk_b, sc_b, sk_b,
                     C, K, oi, ob, orm, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
-                    BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr):
-        """Phase A of a block after q0 from its two parts: the rows older than the previous block
-        (at or before its start qp, the helpers' sums ``hs_b`` / ``hk_b`` in that block's frame HP
-        relative to S_{qp}) and the previous block's own rows (rho < BT, term by term here),
-        written to the scratch as ``_phase_a`` writes it. The helpers' part has the longer
-        durations, so a tie of the max semiring keeps the previous block's row."""
+                    BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr,
+                    HR: tl.constexpr):
+        """Phase A of a block after q0 from its parts: the previous block's own rows (rho < BT, term
+        by term here) and the rows older than the previous block (at or before its start qp, the
+        helpers' sums ``hs_b`` / ``hk_b`` in that block's frame HP relative to S_{qp}, in HR parts
+        of consecutive rows, each (BT, C_PAD)), combined in that order and written to the scratch
+        as ``_phase_a`` writes it. Each part has longer durations than the one before, so a tie of
+        the max semiring keeps the earlier part's row."""
         ii = oi + 1
         vi = ii <= nb
         for cb in range(0, C, CB):
@@ -392,24 +401,36 @@ if HAS_TRITON:
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
             s_prev = tl.load(cum_b + qp * C + cols, mask=mcol, other=0.0)
             p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                   s_ref, C, K, cols, mcol, orm, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, BT, "")
+                                   s_ref, C, K, cols, mcol, orm, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, 0, BT, "")
             m2 = mcol[None, :] & (oi[:, None] < BT)
-            ph = tl.load(hs_b + oi[:, None] * C_PAD + cols[None, :], mask=m2, other=2 * MASK, cache_modifier=".cg")
             # the helpers' frame (HP, S_{qp}) moved to this block's (H, S_{q0})
             if REVERSE:
                 shift = (HP - H).to(tl.float32) + (s_prev - s_ref)
             else:
                 shift = (HP - H).to(tl.float32) - (s_prev - s_ref)
-            ph = tl.where(ph > MASK, ph + shift[None, :], ph)
+            for j in tl.static_range(HR):
+                at = j * (BT * C_PAD) + oi[:, None] * C_PAD + cols[None, :]
+                ph = tl.load(hs_b + at, mask=m2, other=2 * MASK, cache_modifier=".cg")
+                ph = tl.where(ph > MASK, ph + shift[None, :], ph)
+                if IS_MAX:
+                    kh = tl.load(hk_b + at, mask=m2, other=0, cache_modifier=".cg")
+                    old = ph > p
+                    run_k = tl.where(old, kh, run_k)
+                    p = tl.where(old, ph, p)
+                else:
+                    p = _lae(p, ph)
             if IS_MAX:
-                kh = tl.load(hk_b + oi[:, None] * C_PAD + cols[None, :], mask=m2, other=0, cache_modifier=".cg")
-                old = ph > p
-                run_k = tl.where(old, kh, run_k)
-                p = tl.where(old, ph, p)
                 tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
-            else:
-                p = _lae(p, ph)
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
+
+    @triton.jit
+    def _part_rows(j, hrs, K, HR: tl.constexpr):
+        """The old rows ``(R0, R1)`` of part j of HR (``hrs`` rows each, a multiple of the tiles'
+        rows; the last part ends at K): a helper's share of a block's rows, ``_blk_help``."""
+        if HR == 1:
+            return j * 0, K
+        else:
+            return j * hrs, tl.where(j == HR - 1, K, tl.minimum((j + 1) * hrs, K))
 
     @triton.jit
     def _wait_for(ptr, target, spins):
@@ -484,12 +505,12 @@ if HAS_TRITON:
     @triton.jit
     def _blk_run(start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                  sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
-                 hp_b, hf_b, hh_b, hs_b, hk_b, spin, orm,
+                 hp_b, hf_b, hh_b, hs_b, hk_b, spin, orm, hrs,
                  HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
                  HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
-                 HELP: tl.constexpr, INLINE: tl.constexpr):
+                 HELP: tl.constexpr, INLINE: tl.constexpr, HR: tl.constexpr):
         """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
         ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
         chunk owns (``start`` and every position before ``stop``).
@@ -503,7 +524,8 @@ if HAS_TRITON:
         publishes its frame (``hh_b[m]``) and then m (``hp_b``, release): the rows up to the block's
         start are stored. The helpers sum the rows older than block m for block m + 1 while this
         program runs block m's phase B, and block m + 1's phase A only adds the BT rows of block m
-        (``_help_parts``). A helper that has not delivered within ``spin`` polls (not resident, or
+        (``_help_parts``; HR > 1: the helpers split the rows into HR parts of ``hrs`` rows too, each
+        part a (BT, C_PAD) sum of its own). A helper that has not delivered within ``spin`` polls (not resident, or
         the interpreter) makes the run compute the helpers' part itself from then on, tile by tile
         as they would, so the outputs are the same bits either way. INLINE (the interpreter, whose
         programs run one after another): the run always computes it itself.
@@ -545,7 +567,7 @@ if HAS_TRITON:
                     tl.atomic_xchg(hp_b, blk.to(tl.int32), sem="release", scope="gpu")
                 if blk >= 1:
                     split = split + 1
-                    slot = (blk % 2) * (BT * C_PAD)
+                    slot = (blk % 2) * (HR * BT * C_PAD)
                     if not INLINE:
                         if solo == 0:
                             # a helper that has delivered this block may have gone on to the next
@@ -557,18 +579,21 @@ if HAS_TRITON:
                     if INLINE or solo != 0:
                         # the helpers' part computed here, the same sums in the same tiles (so the
                         # same bits), in a slot of its own that no late helper writes
-                        slot = slot * 0 + 2 * (BT * C_PAD)  # (blk's type: int64 offsets keep it)
-                        _phase_a(qp, nb, start, L, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
-                                 hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, 0, HAS_IN, C_PAD, CB, RB,
-                                 BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, CB, BT, "")
+                        slot = slot * 0 + 2 * (HR * BT * C_PAD)  # (blk's type: int64 offsets keep it)
+                        for j in tl.static_range(HR):
+                            r0_, r1_ = _part_rows(j, hrs, K, HR)
+                            _phase_a(qp, nb, start, L, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
+                                     kr_ptr, hs_b + slot + j * (BT * C_PAD), hk_b + slot + j * (BT * C_PAD), lim_b, C,
+                                     K, oi, ob, orr, orx, 0, r0_, r1_, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX,
+                                     HAS_MASK, LINEAR, CB, BT, "")
                         tl.debug_barrier()
                     _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
                                 hs_b + slot, hk_b + slot, sc_b, sk_b, C, K, oi, ob, orm, HAS_IN, C_PAD, CB, BT,
-                                REVERSE, IS_MAX, HAS_MASK)
+                                REVERSE, IS_MAX, HAS_MASK, HR)
             if split == 0:
                 _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
-                         lim_b, C, K, oi, ob, orr, orx, 0, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR,
-                         CB, 0, "")
+                         lim_b, C, K, oi, ob, orr, orx, 0, 0, K, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK,
+                         LINEAR, CB, 0, "")
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -682,15 +707,17 @@ if HAS_TRITON:
 
     @triton.jit
     def _blk_help(h, start, stop, L, in32, in64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
-                  hp_b, hf_b, hh_b, hs_b, hk_b, spin, C, K, oi, ob, orr, orx, HAS_IN: tl.constexpr,
+                  hp_b, hf_b, hh_b, hs_b, hk_b, spin, C, K, oi, ob, orr, orx, hrs, HAS_IN: tl.constexpr,
                   C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
-                  IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr, HELPERS: tl.constexpr):
-        """Helper h (0 .. HELPERS - 1) of the run from ``start`` to ``stop`` (``_blk_run``): once the run
+                  IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr, HG: tl.constexpr,
+                  HR: tl.constexpr):
+        """Helper h (0 .. HG·HR - 1) of the run from ``start`` to ``stop`` (``_blk_run``): once the run
         has reached block n (its rows up to the block's start q0_n stored, its frame published), sum
         the rows at or before q0_n for the positions of block n + 1 (``_phase_a`` at IO = BT, in the
-        frame of block n, relative to S_{q0_n}) over the label tiles h, h + HELPERS, ... into the
-        slot of block n + 1, and release n + 1; then block n + 2, in order. Stops when the run ends,
-        has no block n + 1, or does not move within ``spin`` polls."""
+        frame of block n, relative to S_{q0_n}) over the label tiles g, g + HG, ... (g = h mod HG)
+        and the rows of part h // HG of HR (``_part_rows``) into that part of the slot of block
+        n + 1, and release n + 1; then block n + 2, in order. Stops when the run ends, has no block
+        n + 1, or does not move within ``spin`` polls."""
         if REVERSE:
             run = start - stop
         else:
@@ -713,10 +740,12 @@ if HAS_TRITON:
                         q0 = start + n * BT
                     Hn = tl.load(hh_b + n, cache_modifier=".cg")
                     nb = tl.minimum(run - (n + 1) * BT, BT)
-                    slot = ((n + 1) % 2) * (BT * C_PAD)
+                    part = h // HG
+                    slot = ((n + 1) % 2) * (HR * BT * C_PAD) + part * (BT * C_PAD)
+                    r0_, r1_ = _part_rows(part, hrs, K, HR)
                     _phase_a(q0, nb, start, L, Hn, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
-                             hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, h * CB, HAS_IN, C_PAD, CB, RB,
-                             BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS * CB, BT, ".cg")
+                             hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, (h % HG) * CB, r0_, r1_, HAS_IN,
+                             C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG * CB, BT, ".cg")
                     # the slot's stores (every thread) before the release
                     tl.debug_barrier()
                     tl.atomic_xchg(hf_b + h, (n + 1).to(tl.int32), sem="release", scope="gpu")
@@ -784,12 +813,15 @@ if HAS_TRITON:
         hp_ptr=None,  # (B, NCH) int32: the block each run has reached (HELPERS; -1 before it starts)
         hf_ptr=None,  # (B, NCH, HELPERS) int32: the block each helper has delivered (-1: none)
         hh_ptr=None,  # (B, NCH, NBLK) float64: the run's frame at the start of each block
-        hs_ptr=None,  # (B, NCH, 3, BT, C_PAD) float32: the helpers' sums for two blocks, the run's own
-        hk_ptr=None,  # (B, NCH, 3, BT, C_PAD) int32: their argmax durations (IS_MAX)
+        hs_ptr=None,  # (B, NCH, 3, HR, BT, C_PAD) float32: the helpers' sums for two blocks, the run's own
+        hk_ptr=None,  # (B, NCH, 3, HR, BT, C_PAD) int32: their argmax durations (IS_MAX)
         NBLK=1,  # blocks a run may take
         SPIN=0,  # polls a run waits for its helpers before it goes on alone (0: never waits)
         HSPIN=0,  # polls a helper waits for its run
         HELPERS: tl.constexpr = 0,  # helper programs per run (grid axis 2: 0 the run, 1 .. the helpers)
+        HG: tl.constexpr = 1,  # the helpers' label groups (helper h takes the tiles h mod HG, HG + h mod HG, ...)
+        HR: tl.constexpr = 1,  # and row parts (helper h the rows of part h // HG); HELPERS = HG · HR
+        HRS=0,  # rows a part (HR > 1), a multiple of the tiles' rows
         INLINE: tl.constexpr = False,  # the run computes its helpers' part itself (tests)
         MB: tl.constexpr = 16,  # rows per tile of the previous block's part (``_help_parts``)
     ):
@@ -849,8 +881,8 @@ if HAS_TRITON:
             hp_b = hp_ptr + slot
             hf_b = hf_ptr + slot * HELPERS
             hh_b = hh_ptr + slot * NBLK
-            hs_b = hs_ptr + slot * (3 * BT * C_PAD)
-            hk_b = hk_ptr + slot * (3 * BT * C_PAD)
+            hs_b = hs_ptr + slot * (3 * HR * BT * C_PAD)
+            hk_b = hk_ptr + slot * (3 * HR * BT * C_PAD)
         if HELPERS > 0 and not INLINE:
             main = role == 0
             if role > 0:
@@ -861,15 +893,15 @@ if HAS_TRITON:
                 if PHASE == 1:
                     if a < L:
                         _blk_help(role - 1, start, stop, L, e32, e64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr,
-                                  kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob, orr, orx, False, C_PAD,
-                                  CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS)
+                                  kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob, orr, orx, HRS, False,
+                                  C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR)
                 else:
                     j0, count = sweep_start(n_b, PHASE, REVERSE)
                     j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE)
                     if redo:
                         _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b, lim_b,
                                   db_ptr, ed_ptr, md_ptr, kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob,
-                                  orr, orx, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HELPERS)
+                                  orr, orx, HRS, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR)
         if main:
             if PHASE == 1:
                 j = tl.program_id(1)
@@ -886,8 +918,9 @@ if HAS_TRITON:
                     st, F, conv, delta, steps, q_last = _blk_run(
                         start, stop, L, st, F, e32, e64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                         sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
-                        hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, False,
-                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR, HELPERS, INLINE)
+                        hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, HRS, False,
+                        C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR, HELPERS, INLINE,
+                        HR)
                     e = row + j
                     _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
                                   C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
@@ -913,9 +946,9 @@ if HAS_TRITON:
                         st, F, conv, delta, steps, q_last = _blk_run(
                             start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                             sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
-                            hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, True,
+                            hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, HRS, True,
                             C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR, HELPERS,
-                            INLINE)
+                            INLINE, HR)
                         if conv != 0:
                             if REVERSE:
                                 _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)

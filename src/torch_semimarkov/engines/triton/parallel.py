@@ -359,11 +359,14 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, semiring),
     )
-    # a helper takes whole label tiles (blocked._blk_help); cheap linear sums need fewer
+    # helpers split the label tiles and the rows (blocked._blk_help); cheap linear sums need fewer
     tiles = -(-C // cb)
-    helpers = min(plan.helpers, tiles)
+    helpers = plan.helpers
     if period == 1:
         helpers = _plan.linear_helpers(helpers, K, tiles)
+    groups, parts = _plan.helper_split(helpers, tiles, K, rb)
+    helpers = groups * parts
+    part_rows = _plan.helper_part_rows(parts, K, rb)
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
@@ -386,10 +389,11 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         hf = torch.empty((B, n, helpers), device=dev, dtype=torch.int32)
         # the helpers' sums: two blocks' slots, and a third for a run that computes them itself
         args.update(hp_ptr=hp, hf_ptr=hf, hh_ptr=torch.empty((B, n, nblk), device=dev, dtype=torch.float64),
-                    hs_ptr=torch.empty((B, n, 3, bt, plan.c_pad), device=dev, dtype=torch.float32),
-                    hk_ptr=torch.empty((B, n, 3, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32,
-                    NBLK=nblk, SPIN=RUN_SPIN if cum_scores.is_cuda else 0, HSPIN=HELPER_SPIN if cum_scores.is_cuda else 0)
-        meta.update(HELPERS=helpers, INLINE=inline, MB=min(bt, 16))
+                    hs_ptr=torch.empty((B, n, 3, parts, bt, plan.c_pad), device=dev, dtype=torch.float32),
+                    hk_ptr=torch.empty((B, n, 3, parts, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32,
+                    NBLK=nblk, SPIN=RUN_SPIN if cum_scores.is_cuda else 0, HSPIN=HELPER_SPIN if cum_scores.is_cuda else 0,
+                    HRS=part_rows)
+        meta.update(HELPERS=helpers, HG=groups, HR=parts, INLINE=inline, MB=min(bt, 16))
         if not inline:
             roles = 1 + helpers
 

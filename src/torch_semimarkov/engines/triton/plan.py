@@ -111,16 +111,22 @@ HELPERS_OVERRIDE: Optional[int] = None
 #: False there to check that a run whose helpers never come goes on alone).
 HELP_INLINE: Optional[bool] = None
 
-#: The most helper programs a run takes (each takes a share of the label tiles).
-MAX_HELPERS = 3
+#: The most helper programs a run takes (each takes a share of the label tiles and of the rows,
+#: :func:`helper_split`).
+MAX_HELPERS = 6
+
+#: ``(label groups, row parts)`` of the helpers, forced (tests), optionally with the rows of a
+#: part, ``(groups, parts, rows)`` (a multiple of the tiles' rows); None: :func:`helper_split`.
+HELPER_SPLIT_OVERRIDE: Optional[tuple] = None
 
 #: Rows x label tiles of linear-space block sums that one helper sums in the time its run steps
 #: through the positions: where the sums are linear (``blocked._tile_linear``, period 1), a run
 #: takes only the helpers it needs (:func:`linear_helpers`). H200, forward ms with 1 / 2 / 3
-#: helpers (GPU_NOTES 80): (32, 3000, 960, 47) 16.1 / 16.0 / 16.9, (8, 3000) 15.5 / 15.9 / 16.0
-#: (one helper keeps up: 3 tiles x 960 rows), (1, 10^5, 4000, 47) 189 / 135 / 72 (each helper counts);
-#: the max semiring's term-by-term sums, ~3x dearer, took 3 at K = 960 (23.2 / 15.6 / 13.1).
-LINEAR_HELPER_ROWS = 4096
+#: helpers, one label tile or more each (GPU_NOTES 80): (32, 3000, 960, 47) 16.1 / 16.0 / 16.9,
+#: (8, 3000) 15.5 / 15.9 / 16.0 (one helper keeps up with 3 tiles x 960 rows), (1, 10^5, 4000, 47)
+#: 189 / 135 / 72 (one tile of 4000 rows a helper still sets the pace); the max semiring's
+#: term-by-term sums, ~3x dearer, took 3 at K = 960 (23.2 / 15.6 / 13.1).
+LINEAR_HELPER_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -319,14 +325,48 @@ def blocked_helpers(B: int, n_chunks: int, C: int, sms: int, beside: bool, on_cu
     helpers sum the rows older than the previous block for the next block while the run steps,
     so phase A leaves the run's critical path. They use the multiprocessors the runs leave idle
     (one 8-warp program each; ``beside``: beta's runs beside the forward's take as many), at most
-    one per 16 labels (a helper takes whole label tiles) and :data:`MAX_HELPERS`; none off CUDA,
-    where programs run one after another. :data:`HELPERS_OVERRIDE` forces the answer."""
+    :data:`MAX_HELPERS` (they split the label tiles and the rows, :func:`helper_split`); none off
+    CUDA, where programs run one after another. :data:`HELPERS_OVERRIDE` forces the answer."""
     if HELPERS_OVERRIDE is not None:
         return int(HELPERS_OVERRIDE)
     if not on_cuda:
         return 0
     runs = B * n_chunks * (2 if beside else 1)
-    return max(0, min(sms // max(runs, 1) - 1, -(-C // 16), MAX_HELPERS))
+    return max(0, min(sms // max(runs, 1) - 1, MAX_HELPERS))
+
+
+def helper_split(helpers: int, tiles: int, K: int, rows: int) -> tuple:
+    """``(groups, parts)``: how ``helpers`` split a block's sums over ``tiles`` label tiles and K
+    old rows (tiles of ``rows``): helper h takes the label tiles h mod groups, + groups, ... and
+    the rows of part h // groups (consecutive rows, a whole number of tiles each). The split
+    whose busiest helper has the least work (label tiles / parts), then the fewest helpers, then
+    the most groups (a label split needs no combination of parts): 3 tiles and 3 helpers (3, 1),
+    2 helpers (1, 2) (1.5 tiles each, not 2 and 1), 6 helpers (3, 2). Returns (0, 1) for none.
+    :data:`HELPER_SPLIT_OVERRIDE` forces it."""
+    if HELPER_SPLIT_OVERRIDE is not None:
+        return tuple(HELPER_SPLIT_OVERRIDE)[:2]
+    if helpers <= 0:
+        return 0, 1
+    max_parts = max(1, -(-K // rows))
+    best = None
+    for g in range(min(helpers, tiles), 0, -1):
+        r = min(helpers // g, max_parts)
+        key = (-(-tiles // g) / r, g * r)
+        if best is None or key < best[0]:
+            best = (key, g, r)
+    return best[1], best[2]
+
+
+def helper_part_rows(parts: int, K: int, rows: int) -> int:
+    """Rows of each of the helpers' ``parts`` row parts (:func:`helper_split`): K split evenly,
+    rounded up to whole tiles of ``rows`` (the last part ends at K); :data:`HELPER_SPLIT_OVERRIDE`'s
+    third value where it has one."""
+    if HELPER_SPLIT_OVERRIDE is not None and len(HELPER_SPLIT_OVERRIDE) > 2:
+        n = int(HELPER_SPLIT_OVERRIDE[2])
+        if n % rows:
+            raise ValueError(f"HELPER_SPLIT_OVERRIDE: rows of a part ({n}) must be a multiple of {rows}")
+        return n
+    return -(-(-(-K // parts)) // rows) * rows if parts > 1 else K
 
 
 def linear_helpers(helpers: int, K: int, tiles: int) -> int:
