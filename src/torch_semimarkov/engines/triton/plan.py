@@ -366,7 +366,10 @@ def helper_part_rows(parts: int, K: int, rows: int) -> int:
         if n % rows:
             raise ValueError(f"HELPER_SPLIT_OVERRIDE: rows of a part ({n}) must be a multiple of {rows}")
         return n
-    return -(-(-(-K // parts)) // rows) * rows if parts > 1 else K
+    if parts <= 1:
+        return K
+    per_part = -(-K // parts)
+    return -(-per_part // rows) * rows
 
 
 def linear_helpers(helpers: int, K: int, tiles: int) -> int:
