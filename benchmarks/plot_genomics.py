@@ -32,10 +32,11 @@ def main(src: str, dst: str) -> None:
     ax1.set_ylabel("forward, ms (median)")
     B, T = sw[0]["B"], sw[0]["T"]
     ax1.set_title(f"forward at B·T = {B} x {T:,}")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="upper left")
     rows = [r for r in rep["engines"] if "speedup" in r]
     if "gene" in rep and "speedup" in rep["gene"]:
-        rows.append({**rep["gene"], "label": "gene model"})
+        rows.append({"label": "gene model", **rep["gene"]})
+        rows[-1]["label"] = rows[-1]["label"].replace(": ", ":\n").replace(", 8", ",\n8")
     names = [r.get("label", f"{r['B']}x{r['T']:,}\nK={r['K']}") for r in rows]
     x = range(len(rows))
     w = 0.27

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Device calls (issue 25, GPU_NOTES 84): `bench_genomics.py` rerun whole on today's code, so that the
+# committed genomics results and their plot are one engine's numbers (both engines in one run).
+#   PART=a  engines (old engine where its forward takes at most 4 s), accuracy, fix-up counts;
+#   PART=b  the gene model's inputs (the GHMM over GeneGrammar, order 3, smoothing 2, K = 960, the
+#           8 longest genes.gb.test loci; needs .gpu/gene_data and the biopython wheel in .whl),
+#           its section, then the K·C sweep.
+#     PART=a bash benchmarks/probes/genomics_refresh.sh      (carry .gpu and .whl; results under $OUT)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
+nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
+t0=$(date +%s)
+if [ "${PART:-a}" = a ]; then
+  timeout 570 python3 benchmarks/bench_genomics.py --out $OUT/genomics_a.json --only engines,accuracy,fixups \
+      --old-max-s 4 > $OUT/genomics_a.log 2>&1
+  echo "a rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  tail -30 $OUT/genomics_a.log
+else
+  pip install -q --no-index --no-deps --target /tmp/site .whl/biopython-*.whl > $OUT/pip.log 2>&1
+  echo '{"order": 3, "smoothing": 2.0, "max_duration": 960}' > /tmp/ghmm.json
+  timeout 200 python3 benchmarks/probes/make_gene_inputs.py --data .gpu/gene_data --config /tmp/ghmm.json \
+      --loci 8 --out /tmp/gene_inputs.pt > $OUT/gene_inputs.log 2>&1
+  echo "inputs rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  timeout $(( 500 - ($(date +%s) - t0) )) python3 benchmarks/bench_genomics.py --out $OUT/genomics_b.json \
+      --only gene,sweep --gene-inputs /tmp/gene_inputs.pt --old-max-s 4 > $OUT/genomics_b.log 2>&1
+  echo "b rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  # the old engine warm at the two smaller shapes (PART=a timed its first backward cold)
+  timeout $(( 585 - ($(date +%s) - t0) )) python3 benchmarks/bench_genomics.py --out $OUT/genomics_c.json \
+      --only engines --shapes 0,1 --old-max-s 4 > $OUT/genomics_c.log 2>&1
+  echo "c rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  tail -3 $OUT/gene_inputs.log; tail -12 $OUT/genomics_b.log; tail -6 $OUT/genomics_c.log
+fi
+cat $OUT/phases.txt
