@@ -408,6 +408,34 @@ def test_blocked_marginal_tiles_match_the_position_kernel(mode, monkeypatch):
     _assert_grads_close(got, want)
 
 
+def test_position_kernel_takes_its_own_chunks_beside_the_tiles(monkeypatch):
+    """Where the marginal tiles write P_start and the duration marginals, the per-position kernel
+    (P_end, the transition marginals) keeps a (C, C) workspace a chunk only and takes its own,
+    finer chunks (``plan.position_chunks``): its outputs do not depend on that chunking (to float32
+    rounding of the chunk sums), whichever chunking the tiles take."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=8))
+    p = _plan(v, "log")
+    assert p.marg == "tiled"
+    outs = {}
+    for ch in (20, 3):  # one chunk a sequence, then 7: more than the tiles' chunks
+        monkeypatch.setattr(launch, "position_chunks", lambda B, T, C, ch=ch: (ch, -(-T // ch)))
+        outs[ch] = _forward_backward(v, p)
+    assert torch.equal(cpu(outs[20][0]), cpu(outs[3][0]))
+    for name, a, b in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), outs[20][1], outs[3][1]):
+        if name in ("p_start", "p_end", "grad_duration_bias"):  # not summed over the kernel's chunks
+            assert torch.equal(cpu(a), cpu(b)), name
+        else:
+            assert_close(cpu(a), cpu(b), atol=1e-6, rtol=1e-6, msg=name)
+    # the plan: finer chunks than the shared ones where the (K, C) duration block binds those
+    assert plan_mod.position_chunks(4, 100_000, 47) == (196, 511)
+    assert plan_mod.marginal_chunks(4, 100_000, 47, 960 * 47 + 47 * 47) == (506, 198)
+    assert plan_mod.position_chunks(32, 3000, 47)[1] > plan_mod.marginal_chunks(32, 3000, 47, 960 * 47 + 47 * 47)[1]
+
+
 def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     """``idx64`` (positions and row offsets in int64, for (T+1)·C near 2^31) gives the marginal
     tiles' and the anchors' outputs bitwise equal to the int32 indexing. With helper programs (run

@@ -19,7 +19,7 @@ from torch_semimarkov.engines.torch.reference import feasible, public_score, zer
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
 from torch_semimarkov.engines.triton.parallel import beta_chunked, forward_chunked, traceback_chunked
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_splits, checkpoint_sizes,
-                                                  make_plan, marginal_chunks, walk_blocks)
+                                                  make_plan, marginal_chunks, position_chunks, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
 
@@ -389,13 +389,15 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
                 s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if not dur_tr:
-        wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
         if tiled:
             wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
             _blk_segments(marg, tiles, w_hat, wdb, B, nch)
+            # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
+            marg.update(zip(("CH", "NCH"), position_chunks(B, T, C)))
         else:
             wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-        _shared_factored_kernel[(B, nch)](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
+        wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
+        _shared_factored_kernel[(B, marg["NCH"])](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
                                           ONE_KB=K_eff <= plan.k_block, SEG=not tiled,
                                           **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
         # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace

@@ -582,6 +582,15 @@ def marginal_chunks(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int
     return ch, -(-T // ch)
 
 
+def position_chunks(B: int, T: int, C: int):
+    """``(chunk length, chunk count)`` of the per-position marginal kernel (P_end and the transition
+    marginals) where the blocked engine's tiles (``marginals._blk_seg_kernel``) write P_start and the
+    duration marginals: its workspace is then one (C, C) block a chunk, so it takes finer chunks than
+    :func:`marginal_chunks` allows with the (K, C) duration block beside it (more programs, each
+    running its positions one after another)."""
+    return marginal_chunks(B, T, C, C * C)
+
+
 def anchor_splits(B: int, n_anchor: int, device) -> int:
     """Programs over which each of the blocked engine's anchors (O(K²·C) each) splits its
     starts: about two programs per multiprocessor in all, at most 16 an anchor."""
