@@ -436,6 +436,31 @@ def test_position_kernel_takes_its_own_chunks_beside_the_tiles(monkeypatch):
     assert plan_mod.position_chunks(32, 3000, 47)[1] > plan_mod.marginal_chunks(32, 3000, 47, 960 * 47 + 47 * 47)[1]
 
 
+def test_marginal_tiles_split_over_label_groups_bitwise(monkeypatch):
+    """``plan.seg_label_groups``: each chunk of the marginal tiles spreads its label tiles over
+    programs (one a tile by default; more groups than tiles leaves some programs idle); every
+    output is bitwise that of one program a chunk, since each tile's sums stay in one program."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    monkeypatch.setattr(launch, "STATS", True)
+    v = validated(inputs((2, 20, 5, 5, "ragged", "both", False), seed=9))
+    p = _plan(v, "log")
+    assert p.marg == "tiled" and plan_mod.seg_label_groups(5, 2) == 3
+    outs, stats = {}, {}
+    for groups in (1, None, 4):
+        monkeypatch.setattr(plan_mod, "SEG_GROUPS_OVERRIDE", groups)
+        z, got = _forward_backward(v, p)
+        outs[groups] = (z, *got)
+        stats[groups] = cpu(launch.LAST_MARG_STATS).sum((0, 1))
+    for groups in (None, 4):
+        assert torch.equal(stats[1], stats[groups])  # the same tiles ran, each once
+        for name, a, b in zip(("log Z", "p_start", "p_end", "grad_transition", "grad_duration_bias"),
+                              outs[1], outs[groups]):
+            assert torch.equal(cpu(a), cpu(b)), (groups, name)
+
+
 def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     """``idx64`` (positions and row offsets in int64, for (T+1)·C near 2^31) gives the marginal
     tiles' and the anchors' outputs bitwise equal to the int32 indexing. With helper programs (run

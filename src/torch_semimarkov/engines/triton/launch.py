@@ -19,7 +19,8 @@ from torch_semimarkov.engines.torch.reference import feasible, public_score, zer
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
 from torch_semimarkov.engines.triton.parallel import beta_chunked, forward_chunked, traceback_chunked
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_splits, checkpoint_sizes,
-                                                  make_plan, marginal_chunks, position_chunks, walk_blocks)
+                                                  make_plan, marginal_chunks, position_chunks, seg_label_groups,
+                                                  walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
 
@@ -263,19 +264,21 @@ def _blk_anchors(rows_in, tiles, cum_scores, w_hat, lz, B, n_anchor):
     return lz[:, None] + torch.log(torch.where(tot > 0, tot, torch.ones_like(tot)))
 
 
-def _blk_segments(marg, tiles, w_hat, wdb, B, nch):
+def _blk_segments(marg, tiles, w_hat, wdb, B, nch, groups):
     """P_start (into ``marg["pst_ptr"]``) and the per-chunk duration marginals (into ``wdb``) of the
-    blocked engine by ``marginals._blk_seg_kernel``. With ``STATS`` set, the kernel's tile counts
-    (linear, log space, skipped) per (sequence, chunk) are kept in ``LAST_MARG_STATS``."""
+    blocked engine by ``marginals._blk_seg_kernel``, each chunk's label tiles over ``groups``
+    programs (``plan.seg_label_groups``). With ``STATS`` set, the kernel's tile counts (linear, log
+    space, skipped) per (sequence, chunk and label group) are kept in ``LAST_MARG_STATS``."""
     global LAST_MARG_STATS
     from torch_semimarkov.engines.triton.marginals import _blk_seg_kernel
 
     dev = wdb.device
-    st = torch.zeros((B, nch, 3), device=dev, dtype=torch.int32)
+    st = torch.zeros((B, nch * groups, 3), device=dev, dtype=torch.int32)
     keys = ("cum_ptr", "len_ptr", "anc_ptr", "f_ptr", "x_ptr", "g_ptr", "pst_ptr", "C", "K", "CH", "NCH",
             "A", "NA", "s_cum_b", "s_a_b", "s_f_b", "s_p_b", "C_PAD", "IDX64")
-    _blk_seg_kernel[(B, nch)](**{k: marg[k] for k in keys}, **tiles, **_blk_scratch(tiles, B, nch, dev),
-                              w_ptr=w_hat, wdb_ptr=wdb, st_ptr=st, STATS=STATS)
+    _blk_seg_kernel[(B, nch * groups)](**{k: marg[k] for k in keys}, **tiles,
+                                       **_blk_scratch(tiles, B, nch * groups, dev), w_ptr=w_hat, wdb_ptr=wdb,
+                                       st_ptr=st, STATS=STATS, LG=groups)
     if STATS:
         LAST_MARG_STATS = st
 
@@ -391,7 +394,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     if not dur_tr:
         if tiled:
             wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-            _blk_segments(marg, tiles, w_hat, wdb, B, nch)
+            _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
             # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
             marg.update(zip(("CH", "NCH"), position_chunks(B, T, C)))
         else:

@@ -280,6 +280,7 @@ if HAS_TRITON:
         STATS: tl.constexpr = False,
         ANCHOR: tl.constexpr = False,
         NS: tl.constexpr = 1,
+        LG=1,
     ):
         """P_start and the duration marginals of the starts s0 <= s < s1 of one sequence as
         (BS, BK, CB) tiles over (start, duration, label): the large-K path of
@@ -295,9 +296,15 @@ if HAS_TRITON:
         (the end rows exponentiated once per tile into the scratch, then gathered by s + k): no
         exponential per term. Its bound ``max a + max y + MD + kappa`` says whether that is exact:
         above 27 a term of probability >= e^-60 could underflow, so the tile is summed term by term
-        in log space; below -80 every term is below e^-80 and the tile is skipped."""
+        in log space; below -80 every term is below e^-80 and the tile is skipped.
+
+        LG (not with ANCHOR): program (b, ch·LG + g) takes the label tiles g, g + LG, ... of chunk
+        ch: its P_start and duration marginals are columns no other program writes, so LG programs
+        share a chunk's (K, C) workspace and each tile's sums are those of one program."""
         b = tl.program_id(0).to(tl.int64)
-        ch = tl.program_id(1)
+        pid = tl.program_id(1)
+        ch = pid // LG
+        cb0 = (pid % LG) * CB
         L = tl.load(len_ptr + b)
         if not IDX64:
             L = L.to(tl.int32)
@@ -312,9 +319,9 @@ if HAS_TRITON:
         g_b = g_ptr + b * s_f_b
         pst_b = pst_ptr + b * s_p_b
         wdb_b = wdb_ptr + (b * NCH + ch) * K * C
-        lin_b = sc_ptr + (b * NCH + ch) * (2 * BE * CB)
+        lin_b = sc_ptr + (b * NCH * LG + pid) * (2 * BE * CB)
         log_b = lin_b + BE * CB
-        sg_b = sg_ptr + (b * NCH + ch) * BE
+        sg_b = sg_ptr + (b * NCH * LG + pid) * BE
         gidx = (os_[:, None] + okk[None, :])[:, :, None] * CB + ob[None, None, :]
         if ANCHOR:
             j = ch // NS
@@ -333,7 +340,7 @@ if HAS_TRITON:
         n_lin = ch * 0
         n_log = ch * 0
         n_skip = ch * 0
-        for cb in range(0, C, CB):
+        for cb in range(cb0, C, LG * CB):
             cols = cb + ob
             mcol = cols < C
             md = tl.load(md_ptr + cols)
@@ -415,7 +422,7 @@ if HAS_TRITON:
         if ANCHOR:
             tl.store(pst_ptr + (b * NA + j) * NS + part, tl.sum(tot, 0))
         if STATS:
-            st = st_ptr + (b * NCH + ch) * 3
+            st = st_ptr + (b * NCH * LG + pid) * 3
             tl.store(st, n_lin)
             tl.store(st + 1, n_log)
             tl.store(st + 2, n_skip)

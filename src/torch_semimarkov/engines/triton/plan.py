@@ -591,6 +591,18 @@ def position_chunks(B: int, T: int, C: int):
     return marginal_chunks(B, T, C, C * C)
 
 
+#: Label groups of the marginal tiles' programs (:func:`seg_label_groups`); None: one a label tile.
+SEG_GROUPS_OVERRIDE: Optional[int] = None
+
+
+def seg_label_groups(C: int, cb: int) -> int:
+    """Programs a chunk of the marginal tiles (``marginals._blk_seg_kernel``) spreads its label
+    tiles over: one a tile of ``cb`` labels. Their workspace is the chunk's (K, C) duration block,
+    which bounds the chunks (:func:`marginal_chunks`); label tiles write columns of it that no
+    other tile writes, so splitting them adds programs, not memory."""
+    return SEG_GROUPS_OVERRIDE or -(-C // cb)
+
+
 def anchor_splits(B: int, n_anchor: int, device) -> int:
     """Programs over which each of the blocked engine's anchors (O(K²·C) each) splits its
     starts: about two programs per multiprocessor in all, at most 16 an anchor."""
