@@ -6,6 +6,7 @@ fix-ups and repairs) against the oracles and the sequential kernels."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -103,6 +104,73 @@ def test_blocked_viterbi_ties_break_to_smallest_index(blocked):
                                               plan=_plan(v, "max"))
     assert cpu(labels)[0].tolist() == [0] * T
     assert cpu(starts)[0].tolist() == [True] * T
+
+
+def _viterbi(v, p):
+    return [cpu(x) for x in launch.launch_viterbi(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
+                                                  v.proj_start, v.proj_end, plan=p)]
+
+
+@pytest.mark.parametrize("model", ["random", "long", "ties", "frame", "cyclic", "helpers"])
+def test_max_tile_bounds_change_no_viterbi_output(model, monkeypatch):
+    """Viterbi's phase A skips a tile whose bound (largest row plus the largest duration bias it
+    meets) no position's running maximum is below (``plan.MAX_BOUNDS``): the scores, labels and
+    segment starts are bitwise those of summing every tile, on random, tie-heavy (integer scores:
+    the smallest duration must still win), forbidden-move (frame, cyclic) models and with helper
+    programs (their parts offset by a block, ``_blk_help``). An under-estimated bound (planted)
+    changes the long-segment model's result: the skip is live."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    B, T, K, C = 2, 40, 14, 5
+    if model in ("random", "helpers"):
+        inp = inputs((B, T, K, C, "ragged", "both", False), seed=11)
+    elif model == "long":  # long segments preferred: the best durations lie in the older tiles
+        inp = inputs((B, T, K, C, "ragged", "none", False), seed=11)
+        inp["transition"] = inp["transition"] - 5.0
+    elif model == "ties":
+        g = torch.Generator().manual_seed(12)
+        x = torch.randint(0, 2, (B, T, C), generator=g).float()
+        inp = {"cum_scores": torch.nn.functional.pad(x.cumsum(1), (0, 0, 1, 0)), "K": K,
+               "transition": torch.randint(-1, 1, (C, C), generator=g).float(),
+               "duration_bias": torch.randint(-1, 1, (K, C), generator=g).float(),
+               "lengths": torch.tensor([T, T - 7]), "proj_start": None, "proj_end": None}
+    else:
+        inp = adversarial(model, B, T, K, C, seed=13)
+    if model == "helpers":
+        monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
+    v = validated(inp, "max")
+    p = _plan(v, "max")
+    assert not p.max_bounds  # off by default (not yet timed on a GPU)
+    want = _viterbi(v, p)
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", True)
+    p = _plan(v, "max")
+    assert p.max_bounds and not _plan(v, "log").max_bounds
+    got = _viterbi(v, p)
+    for name, a, b in zip(("scores", "labels", "starts"), want, got):
+        assert torch.equal(a, b), name
+    if model == "long":
+        real = parallel.max_bound_table
+        monkeypatch.setattr(parallel, "max_bound_table", lambda *a: real(*a) - 1e4)
+        bad = _viterbi(v, p)
+        assert not all(torch.equal(a, b) for a, b in zip(want, bad))
+
+
+def test_max_bound_table():
+    """Row j: the largest duration bias of durations j + 1 .. j + bt that are at most K (float32),
+    2·MASK past K and where every such duration is impossible."""
+    from torch_semimarkov.engines.triton.common import MASK
+
+    K, C, bt = 7, 3, 3
+    db = torch.randn(K, C, dtype=torch.float64)
+    db[2:5, 1] = -math.inf
+    tab = parallel.max_bound_table(db, K, bt)
+    assert tab.shape == (K + 2 * bt + 1, C) and tab.dtype == torch.float32
+    for j in range(K + 2 * bt + 1):
+        for c in range(C):
+            ks = [k for k in range(j + 1, j + bt + 1) if k <= K and db[k - 1, c] > -math.inf]
+            want = max(float(db[k - 1, c].float()) for k in ks) if ks else 2 * MASK
+            assert float(tab[j, c]) == pytest.approx(want, rel=0, abs=0) or (not ks and tab[j, c] <= 2 * MASK)
 
 
 @pytest.mark.parametrize("semiring", ["log", "max"])

@@ -6,7 +6,7 @@ changes type inside a branch, which an H200 run of the chunk-sweep refactor foun
 This test records the launches of a set of small calls that reach every kernel family (forward,
 beta and Viterbi on the register and memory rings, sequential and time-parallel, with 32- and
 64-bit offsets; (K, C, C) transitions; the blocked engine with linear, residue-class and log-space
-block sums, its helper programs (32- and 64-bit offsets) and its marginal tiles; masks, entropy, samples, k-best; the dense recurrences) and
+block sums, its helper programs (32- and 64-bit offsets), its marginal tiles and the max semiring's tile bounds; masks, entropy, samples, k-best; the dense recurrences) and
 compiles each distinct variant for ``cuda:90`` in a process without the interpreter
 (``compile_kernels.py``): to Triton IR, where type and shape errors surface, or with
 ``TSM_COMPILE_FULL=1`` down to the cubin (LLVM and Triton's ptxas run on the CPU too)."""
@@ -101,8 +101,14 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     # and helpers that split the rows as well (two parts of 4 rows, each helper every label tile)
     monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", (1, 2, 4))
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
+    # the max semiring's tile bounds (plan.MAX_BOUNDS), with helpers and without, 32- and 64-bit
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", True)
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",))
     monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", None)
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",))
+    _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",), wide=True)
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", False)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)

@@ -108,10 +108,18 @@ if HAS_TRITON:
     @triton.jit
     def _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, s_ref, C, K, cols,
                     mcol, orr, HAS_IN: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
-                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, R0, KR, CM: tl.constexpr):
+                    REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, R0, KR, CM: tl.constexpr,
+                    wd_ptr, IO: tl.constexpr, BOUND: tl.constexpr):
         """Phase A of one label tile in log space, term by term, over the old rows R0 <= rho < KR
         (0, K: all of them; a helper's share of them; 0, BT with helpers: the previous block's rows,
-        ``_help_parts``): ``(P (BT, CB), argmax k)``."""
+        ``_help_parts``): ``(P (BT, CB), argmax k)``.
+
+        BOUND (max semiring): ``wd_ptr`` (K + 2·BT + 1, C) float32 holds, at row j, the largest duration
+        bias of the durations j + 1 .. j + BT (``parallel.max_bound_table``), so that a tile of rows
+        whose largest ``row + bias`` per label is at most every position's running maximum is
+        skipped: none of its terms can raise a maximum (float32 sums round monotonically) nor win a
+        tie (its durations are longer than those of every tile before it). IO: the positions' offset
+        (``ii = IO + 1 ..``), so row rho meets durations rho + IO + 1 .. rho + IO + BT."""
         run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
         run_s = tl.zeros([BT, CB], dtype=tl.float32)
         run_k = tl.zeros([BT, CB], dtype=tl.int32)
@@ -127,30 +135,39 @@ if HAS_TRITON:
         for r0 in range(R0, KR, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
-            # duration k = i + rho of row rho at position i
-            kk = ii[:, None] + rho[None, :]
-            vk = vi[:, None] & ok[None, :] & (kk <= K)
-            m3 = vk[:, :, None] & mcol[None, None, :]
-            if HAS_MASK:
-                if REVERSE:
-                    m3 = m3 & (r[None, :, None] <= limb[:, None, :])
+            go = True
+            if BOUND:
+                # the tile's bound: per label its largest row plus the largest bias of the durations
+                # it meets, against the least running maximum over the block's positions
+                wd = tl.load(wd_ptr + (rho + IO)[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :],
+                             other=2 * MASK)
+                low = tl.min(tl.where(vi[:, None], run_m, 3.0e38), 0)
+                go = tl.max(tl.where(mcol, tl.max(v + wd, 0) - low, -1.0), 0) > 0
+            if go:
+                # duration k = i + rho of row rho at position i
+                kk = ii[:, None] + rho[None, :]
+                vk = vi[:, None] & ok[None, :] & (kk <= K)
+                m3 = vk[:, :, None] & mcol[None, None, :]
+                if HAS_MASK:
+                    if REVERSE:
+                        m3 = m3 & (r[None, :, None] <= limb[:, None, :])
+                    else:
+                        m3 = m3 & (r[None, :, None] >= limb[:, None, :])
+                dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
+                x = v[None, :, :] + dv.to(tl.float32)
+                x = tl.where(m3, x, 2 * MASK)
+                if IS_MAX:
+                    # the largest term and its first row (the smallest duration: kk grows with rho, and
+                    # every masked term lies past the block's allowed rows) in one reduction over rows
+                    bm, bi = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
+                    bk = ii[:, None] + r0 + bi
+                    upd = bm > run_m
+                    run_k = tl.where(upd, bk, run_k)
+                    run_m = tl.where(upd, bm, run_m)
                 else:
-                    m3 = m3 & (r[None, :, None] >= limb[:, None, :])
-            dv = tl.load(db_ptr + (kk[:, :, None] - 1) * C + cols[None, None, :], mask=m3, other=MASK)
-            x = v[None, :, :] + dv.to(tl.float32)
-            x = tl.where(m3, x, 2 * MASK)
-            if IS_MAX:
-                # the largest term and its first row (the smallest duration: kk grows with rho, and
-                # every masked term lies past the block's allowed rows) in one reduction over rows
-                bm, bi = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
-                bk = ii[:, None] + r0 + bi
-                upd = bm > run_m
-                run_k = tl.where(upd, bk, run_k)
-                run_m = tl.where(upd, bm, run_m)
-            else:
-                nm = tl.maximum(run_m, tl.max(x, 1))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
-                run_m = nm
+                    nm = tl.maximum(run_m, tl.max(x, 1))
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(x - nm[:, None, :]), 1)
+                    run_m = nm
         if IS_MAX:
             p = run_m
         else:
@@ -348,7 +365,7 @@ if HAS_TRITON:
                  lim_b, C, K, oi, ob, orr, orx, cb0, R0, R1, HAS_IN: tl.constexpr,
                  C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr,
                  REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
-                 CBS: tl.constexpr, IO: tl.constexpr, CM: tl.constexpr):
+                 CBS: tl.constexpr, IO: tl.constexpr, CM: tl.constexpr, BOUND: tl.constexpr):
         """The old rows' part of the block's positions q0 + d·i (i = IO + 1 .. IO + nb), written to
         the scratch ``sc_b`` (BT, C_PAD) (and the argmax duration to ``sk_b``), in the frame H with
         the segment sums relative to S_{q0}, for the label tiles cb0, cb0 + CBS, ... (all of them:
@@ -373,20 +390,21 @@ if HAS_TRITON:
                     tl.atomic_add(kr_ptr + 3 * C_PAD, 1)
                     p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
                                            s_ref, C, K, cols, mcol, orx, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, R0,
-                                           R1, CM)
+                                           R1, CM, ed_ptr, IO, BOUND)
             else:
                 p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
                                        s_ref, C, K, cols, mcol, orr, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, R0, R1,
-                                       CM)
+                                       CM, ed_ptr, IO, BOUND)
                 if IS_MAX:
                     tl.store(sk_b + oi[:, None] * C_PAD + cols[None, :], run_k, mask=mcol[None, :])
             tl.store(sc_b + oi[:, None] * C_PAD + cols[None, :], p, mask=mcol[None, :])
 
     @triton.jit
-    def _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b, hs_b, hk_b, sc_b, sk_b,
+    def _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, lim_b, hs_b, hk_b, sc_b,
+                    sk_b,
                     C, K, oi, ob, orm, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr,
                     BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr,
-                    HR: tl.constexpr):
+                    HR: tl.constexpr, BOUND: tl.constexpr):
         """Phase A of a block after q0 from its parts: the previous block's own rows (rho < BT, term
         by term here) and the rows older than the previous block (at or before its start qp, the
         helpers' sums ``hs_b`` / ``hk_b`` in that block's frame HP relative to S_{qp}, in HR parts
@@ -401,7 +419,8 @@ if HAS_TRITON:
             s_ref = tl.load(cum_b + q0 * C + cols, mask=mcol, other=0.0)
             s_prev = tl.load(cum_b + qp * C + cols, mask=mcol, other=0.0)
             p, run_k = _tile_exact(q0, ii, vi, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
-                                   s_ref, C, K, cols, mcol, orm, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, 0, BT, "")
+                                   s_ref, C, K, cols, mcol, orm, HAS_IN, CB, BT, REVERSE, IS_MAX, HAS_MASK, 0, BT, "",
+                                   ed_ptr, 0, BOUND)
             m2 = mcol[None, :] & (oi[:, None] < BT)
             # the helpers' frame (HP, S_{qp}) moved to this block's (H, S_{q0})
             if REVERSE:
@@ -510,7 +529,7 @@ if HAS_TRITON:
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr,
                  BT: tl.constexpr, REVERSE: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
                  HAS_PE: tl.constexpr, COMPARE: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr,
-                 HELP: tl.constexpr, INLINE: tl.constexpr, HR: tl.constexpr):
+                 HELP: tl.constexpr, INLINE: tl.constexpr, HR: tl.constexpr, BOUND: tl.constexpr):
         """Run from the state at ``start`` (value ``st`` in frame ``F``; the rows before it from
         ``in32`` / ``in64`` when ``HAS_IN``, else impossible) to ``stop``, storing the rows the
         chunk owns (``start`` and every position before ``stop``).
@@ -585,15 +604,15 @@ if HAS_TRITON:
                             _phase_a(qp, nb, start, L, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr,
                                      kr_ptr, hs_b + slot + j * (BT * C_PAD), hk_b + slot + j * (BT * C_PAD), lim_b, C,
                                      K, oi, ob, orr, orx, 0, r0_, r1_, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX,
-                                     HAS_MASK, LINEAR, CB, BT, "")
+                                     HAS_MASK, LINEAR, CB, BT, "", BOUND)
                         tl.debug_barrier()
-                    _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, lim_b,
+                    _help_parts(q0, qp, nb, start, L, H, HP, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, lim_b,
                                 hs_b + slot, hk_b + slot, sc_b, sk_b, C, K, oi, ob, orm, HAS_IN, C_PAD, CB, BT,
-                                REVERSE, IS_MAX, HAS_MASK, HR)
+                                REVERSE, IS_MAX, HAS_MASK, HR, BOUND)
             if split == 0:
                 _phase_a(q0, nb, start, L, H, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr, sc_b, sk_b,
                          lim_b, C, K, oi, ob, orr, orx, 0, 0, K, HAS_IN, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK,
-                         LINEAR, CB, 0, "")
+                         LINEAR, CB, 0, "", BOUND)
             tl.debug_barrier()
             m2 = (oi[:, None] < BT) & mc[None, :]
             P = tl.load(sc_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=2 * MASK)
@@ -710,7 +729,7 @@ if HAS_TRITON:
                   hp_b, hf_b, hh_b, hs_b, hk_b, spin, C, K, oi, ob, orr, orx, hrs, HAS_IN: tl.constexpr,
                   C_PAD: tl.constexpr, CB: tl.constexpr, RB: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
                   IS_MAX: tl.constexpr, HAS_MASK: tl.constexpr, LINEAR: tl.constexpr, HG: tl.constexpr,
-                  HR: tl.constexpr):
+                  HR: tl.constexpr, BOUND: tl.constexpr):
         """Helper h (0 .. HG·HR - 1) of the run from ``start`` to ``stop`` (``_blk_run``): once the run
         has reached block n (its rows up to the block's start q0_n stored, its frame published), sum
         the rows at or before q0_n for the positions of block n + 1 (``_phase_a`` at IO = BT, in the
@@ -745,7 +764,7 @@ if HAS_TRITON:
                     r0_, r1_ = _part_rows(part, hrs, K, HR)
                     _phase_a(q0, nb, start, L, Hn, r_b, f_b, in32, in64, cum_b, db_ptr, ed_ptr, md_ptr, kr_ptr,
                              hs_b + slot, hk_b + slot, lim_b, C, K, oi, ob, orr, orx, (h % HG) * CB, r0_, r1_, HAS_IN,
-                             C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG * CB, BT, ".cg")
+                             C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG * CB, BT, ".cg", BOUND)
                     # the slot's stores (every thread) before the release
                     tl.debug_barrier()
                     tl.atomic_xchg(hf_b + h, (n + 1).to(tl.int32), sem="release", scope="gpu")
@@ -805,7 +824,8 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: min_start (forward) / max_end (beta) of limits.py (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: the masks' flags (bit 4: no segment starts here) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
-        ed_ptr=None,  # (K + BT + RB, C_PAD) float32: exp(D - lam_c k - MD_c), zero past K (LINEAR)
+        ed_ptr=None,  # (K + BT + RB, C_PAD) float32: exp(D - lam_c k - MD_c), zero past K (LINEAR); in the
+        # max semiring (K + 2·BT + 1, C) float32: the tiles' bounds (parallel.max_bound_table)
         md_ptr=None,  # (2, C_PAD) float32: MD_c = max_k D[k, c] - lam_c k, the trend lam_c (LINEAR)
         kr_ptr=None,  # (4, C_PAD) int32: kmin_c, kmax_c (finite range of D[:, c]), residue mod 3, counter
         LINEAR: tl.constexpr = 0,  # linear-space block sums: 0 off, else their PERIOD (1 or 3)
@@ -824,6 +844,7 @@ if HAS_TRITON:
         HRS=0,  # rows a part (HR > 1), a multiple of the tiles' rows
         INLINE: tl.constexpr = False,  # the run computes its helpers' part itself (tests)
         MB: tl.constexpr = 16,  # rows per tile of the previous block's part (``_help_parts``)
+        MAX_BOUND: tl.constexpr = False,  # max semiring: skip the tiles ed_ptr's bounds rule out (_tile_exact)
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``
@@ -894,14 +915,15 @@ if HAS_TRITON:
                     if a < L:
                         _blk_help(role - 1, start, stop, L, e32, e64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr,
                                   kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob, orr, orx, HRS, False,
-                                  C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR)
+                                  C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR, MAX_BOUND)
                 else:
                     j0, count = sweep_start(n_b, PHASE, REVERSE)
                     j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE)
                     if redo:
                         _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b, lim_b,
                                   db_ptr, ed_ptr, md_ptr, kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob,
-                                  orr, orx, HRS, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR)
+                                  orr, orx, HRS, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR,
+                                  MAX_BOUND)
         if main:
             if PHASE == 1:
                 j = tl.program_id(1)
@@ -920,7 +942,7 @@ if HAS_TRITON:
                         sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
                         hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, HRS, False,
                         C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, False, HAS_MASK, LINEAR, HELPERS, INLINE,
-                        HR)
+                        HR, MAX_BOUND)
                     e = row + j
                     _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, e32, e64,
                                   C, K, oc, mc, orr, False, C_PAD, RB, REVERSE)
@@ -948,7 +970,7 @@ if HAS_TRITON:
                             sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
                             hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, HRS, True,
                             C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR, HELPERS,
-                            INLINE, HR)
+                            INLINE, HR, MAX_BOUND)
                         if conv != 0:
                             if REVERSE:
                                 _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from torch_semimarkov.engines.triton import plan as _plan
-from torch_semimarkov.engines.triton.common import REBASE
+from torch_semimarkov.engines.triton.common import MASK, REBASE
 from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, fixup_tol, label_pad, walk_blocks
 
 #: Polls a blocked-engine run waits for its helpers' sums of a block before it computes them
@@ -325,6 +325,20 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: O
     return ed, mdp, kr
 
 
+def max_bound_table(duration_bias: torch.Tensor, K: int, bt: int) -> torch.Tensor:
+    """The max semiring's tile bounds (``blocked._tile_exact``, ``plan.max_bounds``):
+    ``(K + 2·bt + 1, C) float32``, row j the largest float32 duration bias of the durations
+    j + 1 .. j + bt that are at most K, per label (2·MASK where there are none or all are
+    impossible: a bound is only ever raised)."""
+    C = duration_bias.shape[1]
+    dev = duration_bias.device
+    rows = K + 2 * bt + 1
+    d = torch.full((rows + bt, C), 2 * MASK, device=dev, dtype=torch.float32)
+    d[:K] = torch.nan_to_num(duration_bias[:K].float(), nan=2 * MASK, neginf=2 * MASK).clamp(min=2 * MASK)
+    # sliding maximum over bt durations: row j = max(d[j], ..., d[j + bt - 1])
+    return d.unfold(0, bt, 1)[:rows].amax(-1).contiguous()
+
+
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                     plan: KernelPlan, reverse: bool, masks=None):
     """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
@@ -378,6 +392,8 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
         # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
         args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=period, RBX=max(1, min(rb, 8192 // (bt * cb))))
+    if is_max and plan.max_bounds:
+        args.update(ed_ptr=max_bound_table(duration_bias, K, bt), MAX_BOUND=True)
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)

@@ -111,6 +111,12 @@ HELPERS_OVERRIDE: Optional[int] = None
 #: False there to check that a run whose helpers never come goes on alone).
 HELP_INLINE: Optional[bool] = None
 
+#: Whether the max semiring's blocked phase A skips a tile whose bound (its largest row plus the
+#: largest duration bias it meets) no position's running maximum is below
+#: (:attr:`KernelPlan.max_bounds`, ``blocked._tile_exact``): the same scores, labels and argmax
+#: durations either way. Off by default until timed on a GPU (GPU_NOTES 87).
+MAX_BOUNDS: bool = False
+
 #: The most helper programs a run takes (each takes a share of the label tiles and of the rows,
 #: :func:`helper_split`).
 MAX_HELPERS = 6
@@ -162,6 +168,8 @@ class KernelPlan:
             and B·(T+1) float64 more).
         helpers: programs beside each run of the blocked engine that sum its blocks' older rows
             (:func:`blocked_helpers`).
+        max_bounds: the max semiring's blocked phase A skips the tiles its bounds rule out
+            (:data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
     """
 
     kind: str
@@ -186,6 +194,7 @@ class KernelPlan:
     marg_warps: int = MARG_WARPS
     beta_early: bool = False
     helpers: int = 0
+    max_bounds: bool = False
 
     @property
     def packed_backpointers(self) -> bool:
@@ -483,7 +492,8 @@ def make_plan(
             marg_tile=tuple(min(x, c_pad) if i == 2 else x for i, x in enumerate(MARG_OVERRIDE or MARG_TILE)),
             marg_warps=MARG_WARPS,
             beta_early=early,
-            helpers=blocked_helpers(B, n, C, sms, early, on_cuda))
+            helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
+            max_bounds=MAX_BOUNDS and semiring == "max")
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
