@@ -37,6 +37,14 @@ def blocked(request, monkeypatch):
     return request.param
 
 
+def _small_blocked(monkeypatch, chunk=8):
+    """The blocked engine forced at small sizes: (4, 4, 2) block and marginal tiles, chunks of ``chunk``."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+
+
 def _plan(v, semiring, backward=False):
     p = launch.plan_for(v.cum_scores, v.transition, v.K, semiring, backward=backward)
     assert p.kind == "mem" and p.time_parallel
@@ -451,10 +459,7 @@ def test_blocked_marginal_tiles_match_the_position_kernel(mode, monkeypatch):
     """The blocked engine's marginal tiles (``_blk_seg_kernel``) against the per-position kernel on
     one forward: scores x 20 make some tiles' bounds too wide for linear space (summed term by term)
     and some negligible (skipped), so every path of the tile runs ("log": every tile term by term)."""
-    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
-    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    _small_blocked(monkeypatch)
     monkeypatch.setattr(launch, "STATS", True)
     inp = inputs((1, 24, 8, 5, None, "none", False), seed=6)  # 15 linear, 17 log-space, 1 skipped tile
     inp["cum_scores"] = inp["cum_scores"] * 20
@@ -481,10 +486,7 @@ def test_position_kernel_takes_its_own_chunks_beside_the_tiles(monkeypatch):
     (P_end, the transition marginals) keeps a (C, C) workspace a chunk only and takes its own,
     finer chunks (``plan.position_chunks``): its outputs do not depend on that chunking (to float32
     rounding of the chunk sums), whichever chunking the tiles take."""
-    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
-    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    _small_blocked(monkeypatch)
     v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=8))
     p = _plan(v, "log")
     assert p.marg == "tiled"
@@ -508,10 +510,7 @@ def test_marginal_tiles_split_over_label_groups_bitwise(monkeypatch):
     """``plan.seg_label_groups``: each chunk of the marginal tiles spreads its label tiles over
     programs (one a tile by default; more groups than tiles leaves some programs idle); every
     output is bitwise that of one program a chunk, since each tile's sums stay in one program."""
-    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
-    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    _small_blocked(monkeypatch)
     monkeypatch.setattr(launch, "STATS", True)
     v = validated(inputs((2, 20, 5, 5, "ragged", "both", False), seed=9))
     p = _plan(v, "log")
@@ -535,10 +534,7 @@ def test_blocked_marginal_tiles_with_64bit_offsets(monkeypatch):
     inline here), so both forms of a block's sums take 64-bit offsets: the first block's over all
     its rows, the later ones split into the helpers' part and the previous block's rows (a slot
     offset typed int32 in one branch failed to compile on the GPU, GPU_NOTES 79)."""
-    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
-    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 8)
+    _small_blocked(monkeypatch)
     v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=7))
     p = _plan(v, "log")
     assert p.marg == "tiled" and not p.idx64
