@@ -36,22 +36,23 @@ def bench_model(T, K, C, seed=0, kind="bench"):
     return cum, tr, db, None, None
 
 
-def max_rows(cum, tr, db, ps, pe, T, K):
-    """U_s (s = 0 .. T-1) of the max recurrence (u_0 = LSE_c' Tr, as the engine's phantom start)."""
+def max_rows(cum, tr, db, ps, pe, T, K, semiring="max"):
+    """U_s (s = 0 .. T-1) of the max (or log) recurrence (u_0 = LSE_c' Tr, the engine's phantom start)."""
     C = cum.shape[1]
     U = torch.full((T, C), -math.inf, dtype=torch.float64)
     alpha = torch.zeros(C, dtype=torch.float64)
+    red = (lambda x: x.max(0).values) if semiring == "max" else (lambda x: torch.logsumexp(x, 0))
     for t in range(1, T + 1):
         s = t - 1
-        u = torch.logsumexp(tr, 0) if s == 0 else (alpha[:, None] + tr).max(0).values
+        u = torch.logsumexp(tr, 0) if s == 0 else red(alpha[:, None] + tr)
         U[s] = u + (ps[s] if ps is not None else 0.0)
         k = torch.arange(1, min(t, K) + 1)
         x = U[t - k] + db[k - 1] + cum[t] - cum[t - k]
-        alpha = x.max(0).values + (pe[s] if pe is not None else 0.0)
+        alpha = red(x) + (pe[s] if pe is not None else 0.0)
     return U
 
 
-def skipped(U, cum, db, T, K, BT, RB, CB, start):
+def skipped(U, cum, db, T, K, BT, RB, CB, start, margin=0.0):
     """(skippable tiles, tiles) over the blocks q0 = start, start + BT, ... < T - BT."""
     C = U.shape[1]
     n_skip = n_all = 0
@@ -76,7 +77,7 @@ def skipped(U, cum, db, T, K, BT, RB, CB, start):
         dpad = torch.nn.functional.pad(db, (0, 0, 0, BT), value=-math.inf)
         wd = dpad.unfold(0, BT, 1)[:K].amax(-1)  # (K, C): durations rho + 1 .. rho + BT
         rowb = torch.nn.functional.pad(V + wd, (0, 0, 0, pad), value=-math.inf).view(nt, RB, C).max(1).values
-        fine = (rowb[None] <= run_before) | torch.isinf(rowb)[None]  # (BT, nt, C)
+        fine = (rowb[None] <= run_before - margin) | torch.isinf(rowb)[None]  # (BT, nt, C)
         for c0 in range(0, C, CB):
             s = fine[:, :, c0:c0 + CB].all(2).all(0)  # (nt,)
             n_skip += int(s.sum())
@@ -92,6 +93,9 @@ def main():
     ap.add_argument("--tiles", default="16,32,16", help="BT,RB,CB of Viterbi's phase A (plan.MAX_TILE)")
     ap.add_argument("--gene", default=None)
     ap.add_argument("--locus", type=int, default=0)
+    ap.add_argument("--semiring", default="max", help="max, or log: a tile counts where its bound is at least "
+                    "--margin below the running maximum (its terms then add less than float32 resolves)")
+    ap.add_argument("--margin", type=float, default=0.0)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     BT, RB, CB = (int(x) for x in a.tiles.split(","))
@@ -106,12 +110,12 @@ def main():
         models["gene"] = (f("cum_scores"), g["transition"].double(), g["duration_bias"].double(), f("proj_start"),
                           f("proj_end"))
         K_of["gene"] = int(g["K"])
-    out = {"tiles": [BT, RB, CB], "T": a.T, "results": {}}
+    out = {"tiles": [BT, RB, CB], "T": a.T, "semiring": a.semiring, "margin": a.margin, "results": {}}
     for name, (cum, tr, db, ps, pe) in models.items():
         K = K_of[name]
         T = min(a.T, cum.shape[0] - 1)
-        U = max_rows(cum, tr, db, ps, pe, T, K)
-        n_skip, n_all = skipped(U, cum, db, T, K, BT, RB, CB, start=K)
+        U = max_rows(cum, tr, db, ps, pe, T, K, a.semiring)
+        n_skip, n_all = skipped(U, cum, db, T, K, BT, RB, CB, start=K, margin=a.margin)
         out["results"][name] = {"K": K, "C": cum.shape[1], "T": T, "skippable": n_skip, "tiles": n_all,
                                 "fraction": n_skip / max(n_all, 1)}
         print(name, out["results"][name], flush=True)
