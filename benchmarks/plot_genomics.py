@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 
 import matplotlib
 
@@ -35,8 +36,7 @@ def main(src: str, dst: str) -> None:
     ax1.legend(fontsize=8, loc="upper left")
     rows = [r for r in rep["engines"] if "speedup" in r]
     if "gene" in rep and "speedup" in rep["gene"]:
-        rows.append({"label": "gene model", **rep["gene"]})
-        rows[-1]["label"] = rows[-1]["label"].replace(": ", ":\n").replace(", 8", ",\n8")
+        rows.append({**rep["gene"], "label": textwrap.fill(rep["gene"].get("label", "gene model"), 14)})
     names = [r.get("label", f"{r['B']}x{r['T']:,}\nK={r['K']}") for r in rows]
     x = range(len(rows))
     w = 0.27

@@ -273,12 +273,12 @@ def _blk_segments(marg, tiles, w_hat, wdb, B, nch, groups):
     from torch_semimarkov.engines.triton.marginals import _blk_seg_kernel
 
     dev = wdb.device
-    st = torch.zeros((B, nch * groups, 3), device=dev, dtype=torch.int32)
+    programs = nch * groups
+    st = torch.zeros((B, programs, 3), device=dev, dtype=torch.int32)
     keys = ("cum_ptr", "len_ptr", "anc_ptr", "f_ptr", "x_ptr", "g_ptr", "pst_ptr", "C", "K", "CH", "NCH",
             "A", "NA", "s_cum_b", "s_a_b", "s_f_b", "s_p_b", "C_PAD", "IDX64")
-    _blk_seg_kernel[(B, nch * groups)](**{k: marg[k] for k in keys}, **tiles,
-                                       **_blk_scratch(tiles, B, nch * groups, dev), w_ptr=w_hat, wdb_ptr=wdb,
-                                       st_ptr=st, STATS=STATS, LG=groups)
+    _blk_seg_kernel[(B, programs)](**{k: marg[k] for k in keys}, **tiles, **_blk_scratch(tiles, B, programs, dev),
+                                   w_ptr=w_hat, wdb_ptr=wdb, st_ptr=st, STATS=STATS, LG=groups)
     if STATS:
         LAST_MARG_STATS = st
 
@@ -396,7 +396,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
             wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
             _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
             # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
-            marg.update(zip(("CH", "NCH"), position_chunks(B, T, C)))
+            marg["CH"], marg["NCH"] = position_chunks(B, T, C)
         else:
             wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
         wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
