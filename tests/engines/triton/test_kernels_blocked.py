@@ -148,20 +148,23 @@ def test_max_tile_bounds_change_no_viterbi_output(model, monkeypatch):
     if model == "helpers":
         monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
     v = validated(inp, "max")
-    p = _plan(v, "max")
-    assert not p.max_bounds  # off by default (not yet timed on a GPU)
-    want = _viterbi(v, p)
-    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", True)
-    p = _plan(v, "max")
-    assert p.max_bounds and not _plan(v, "log").max_bounds
-    got = _viterbi(v, p)
-    for name, a, b in zip(("scores", "labels", "starts"), want, got):
-        assert torch.equal(a, b), name
-    if model == "long":
-        real = parallel.max_bound_table
-        monkeypatch.setattr(parallel, "max_bound_table", lambda *a: real(*a) - 1e4)
-        bad = _viterbi(v, p)
-        assert not all(torch.equal(a, b) for a, b in zip(want, bad))
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", 0)
+    want = _viterbi(v, _plan(v, "max"))
+    real = parallel.max_bound_table
+    # every mode (1 whole tiles, 2 labels, 3 both), and only in some phases
+    for mode, phases in ((1, (1, 2, 3)), (2, (1, 2, 3)), (3, (1, 2, 3)), (3, (1, 2))):
+        monkeypatch.setattr(plan_mod, "MAX_BOUNDS", mode)
+        monkeypatch.setattr(plan_mod, "MAX_BOUND_PHASES", phases)
+        p = _plan(v, "max")
+        assert p.max_bounds == mode and p.max_bound_phases == phases and not _plan(v, "log").max_bounds
+        got = _viterbi(v, p)
+        for name, a, b in zip(("scores", "labels", "starts"), want, got):
+            assert torch.equal(a, b), (mode, phases, name)
+        if model == "long" and phases == (1, 2, 3):
+            monkeypatch.setattr(parallel, "max_bound_table", lambda *a: real(*a) - 1e4)
+            bad = _viterbi(v, p)
+            assert not all(torch.equal(a, b) for a, b in zip(want, bad)), mode
+            monkeypatch.setattr(parallel, "max_bound_table", real)
 
 
 def test_max_bound_table():

@@ -49,21 +49,24 @@ def _chunk_state(B, n, n32, n64, nb, dev):
     return e32, e64, eb, status, src, delta, steps
 
 
-def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None):
+def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None):
     """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again.
     ``roles`` > 1: the spec and fix-up grids take a third axis (the blocked engine's run and its
-    helpers), whose progress flags ``reset`` clears before each of them; the repair has none."""
+    helpers), whose progress flags ``reset`` clears before each of them; the repair has none.
+    ``phase_meta``: {phase: meta entries} that phase launches with instead."""
     grid = (B, n) if roles == 1 else (B, n, roles)
+    extra = phase_meta or {}
     if reset is not None:
         reset()
-    kernel[grid](**args, PHASE=1, **meta)
+    kernel[grid](**args, PHASE=1, **{**meta, **extra.get(1, {})})
     if n == 1:
         return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
     if reset is not None:
         reset()
-    kernel[grid](**args, PHASE=2, **meta)
+    kernel[grid](**args, PHASE=2, **{**meta, **extra.get(2, {})})
     before = steps.clone()
-    kernel[(B,)](**args, PHASE=3, **({**meta, "HELPERS": 0} if "HELPERS" in meta else meta))
+    repair = {**meta, "HELPERS": 0} if "HELPERS" in meta else meta
+    kernel[(B,)](**args, PHASE=3, **{**repair, **extra.get(3, {})})
     return steps.ne(before)
 
 
@@ -392,8 +395,10 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
         # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
         args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=period, RBX=max(1, min(rb, 8192 // (bt * cb))))
+    bound_meta = None
     if is_max and plan.max_bounds:
-        args.update(ed_ptr=max_bound_table(duration_bias, K, bt), MAX_BOUND=True)
+        args.update(ed_ptr=max_bound_table(duration_bias, K, bt))
+        bound_meta = {ph: {"MAX_BOUND": plan.max_bounds if ph in plan.max_bound_phases else 0} for ph in (1, 2, 3)}
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -417,7 +422,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
                 hp.fill_(-1)
                 hf.fill_(-1)
             reset = clear
-    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset)
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, bound_meta)
     stats = ChunkStats(status.bool(), steps, redone)
     if reverse:
         return rows, backward_offsets(frames, delta, W), None, stats

@@ -114,8 +114,13 @@ HELP_INLINE: Optional[bool] = None
 #: Whether the max semiring's blocked phase A skips a tile whose bound (its largest row plus the
 #: largest duration bias it meets) no position's running maximum is below
 #: (:attr:`KernelPlan.max_bounds`, ``blocked._tile_exact``): the same scores, labels and argmax
-#: durations either way. Off by default until timed on a GPU (GPU_NOTES 87).
-MAX_BOUNDS: bool = False
+#: durations either way: 0 off, 1 whole tiles (a branch when every label of a tile is ruled out), 2
+#: the ruled-out labels' terms masked, 3 both. Off by default until timed on a GPU (GPU_NOTES 87).
+MAX_BOUNDS: int = 0
+
+#: The phases of the chunked launches (1 spec, 2 fix-up, 3 the in-order repair) that test the
+#: bounds of :data:`MAX_BOUNDS`.
+MAX_BOUND_PHASES: tuple = (1, 2, 3)
 
 #: The most helper programs a run takes (each takes a share of the label tiles and of the rows,
 #: :func:`helper_split`).
@@ -168,8 +173,9 @@ class KernelPlan:
             and B·(T+1) float64 more).
         helpers: programs beside each run of the blocked engine that sum its blocks' older rows
             (:func:`blocked_helpers`).
-        max_bounds: the max semiring's blocked phase A skips the tiles its bounds rule out
-            (:data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
+        max_bounds: the max semiring's blocked phase A skips what its bounds rule out (0 never;
+            the modes of :data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
+        max_bound_phases: the chunk phases (1 spec, 2 fix-up, 3 repair) that test them.
     """
 
     kind: str
@@ -194,7 +200,8 @@ class KernelPlan:
     marg_warps: int = MARG_WARPS
     beta_early: bool = False
     helpers: int = 0
-    max_bounds: bool = False
+    max_bounds: int = 0
+    max_bound_phases: tuple = (1, 2, 3)
 
     @property
     def packed_backpointers(self) -> bool:
@@ -493,7 +500,7 @@ def make_plan(
             marg_warps=MARG_WARPS,
             beta_early=early,
             helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
-            max_bounds=MAX_BOUNDS and semiring == "max")
+            max_bounds=int(MAX_BOUNDS) if semiring == "max" else 0, max_bound_phases=tuple(MAX_BOUND_PHASES))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
