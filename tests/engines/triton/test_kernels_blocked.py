@@ -122,7 +122,8 @@ def _viterbi(v, p):
 @pytest.mark.parametrize("model", ["random", "long", "ties", "frame", "cyclic", "helpers"])
 def test_max_tile_bounds_change_no_viterbi_output(model, monkeypatch):
     """Viterbi's phase A skips a tile whose bound (largest row plus the largest duration bias it
-    meets) no position's running maximum is below (``plan.MAX_BOUNDS``): the scores, labels and
+    meets) no position's running maximum is below (``plan.MAX_BOUNDS``, on by default in the spec
+    and fix-up phases, ``MAX_BOUND_PHASES``; here in the repair too): the scores, labels and
     segment starts are bitwise those of summing every tile, on random, tie-heavy (integer scores:
     the smallest duration must still win), forbidden-move (frame, cyclic) models and with helper
     programs (their parts offset by a block, ``_blk_help``). An under-estimated bound (planted)
@@ -148,23 +149,26 @@ def test_max_tile_bounds_change_no_viterbi_output(model, monkeypatch):
     if model == "helpers":
         monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", 2)
     v = validated(inp, "max")
-    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", 0)
+    p = _plan(v, "max")
+    assert p.max_bounds and p.max_bound_phases == (1, 2)  # the default: spec and fix-ups, not the repair
+    got = _viterbi(v, p)
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", False)
     want = _viterbi(v, _plan(v, "max"))
-    real = parallel.max_bound_table
-    # every mode (1 whole tiles, 2 labels, 3 both), and only in some phases
-    for mode, phases in ((1, (1, 2, 3)), (2, (1, 2, 3)), (3, (1, 2, 3)), (3, (1, 2))):
-        monkeypatch.setattr(plan_mod, "MAX_BOUNDS", mode)
-        monkeypatch.setattr(plan_mod, "MAX_BOUND_PHASES", phases)
-        p = _plan(v, "max")
-        assert p.max_bounds == mode and p.max_bound_phases == phases and not _plan(v, "log").max_bounds
-        got = _viterbi(v, p)
-        for name, a, b in zip(("scores", "labels", "starts"), want, got):
-            assert torch.equal(a, b), (mode, phases, name)
-        if model == "long" and phases == (1, 2, 3):
-            monkeypatch.setattr(parallel, "max_bound_table", lambda *a: real(*a) - 1e4)
-            bad = _viterbi(v, p)
-            assert not all(torch.equal(a, b) for a, b in zip(want, bad)), mode
-            monkeypatch.setattr(parallel, "max_bound_table", real)
+    for name, a, b in zip(("scores", "labels", "starts"), want, got):
+        assert torch.equal(a, b), name
+    # in every phase, the repair's included
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", True)
+    monkeypatch.setattr(plan_mod, "MAX_BOUND_PHASES", (1, 2, 3))
+    p = _plan(v, "max")
+    assert p.max_bounds and not _plan(v, "log").max_bounds
+    got = _viterbi(v, p)
+    for name, a, b in zip(("scores", "labels", "starts"), want, got):
+        assert torch.equal(a, b), name
+    if model == "long":
+        real = parallel.max_bound_table
+        monkeypatch.setattr(parallel, "max_bound_table", lambda *a: real(*a) - 1e4)
+        bad = _viterbi(v, p)
+        assert not all(torch.equal(a, b) for a, b in zip(want, bad))
 
 
 def test_max_bound_table():

@@ -102,13 +102,14 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", (1, 2, 4))
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("log", "max"))
     # the max semiring's tile bounds (plan.MAX_BOUNDS), with helpers and without, 32- and 64-bit
-    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", 3)
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", True)
+    monkeypatch.setattr(plan_mod, "MAX_BOUND_PHASES", (1, 2, 3))
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",))
     monkeypatch.setattr(plan_mod, "HELPER_SPLIT_OVERRIDE", None)
     monkeypatch.setattr(plan_mod, "HELPERS_OVERRIDE", None)
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",))
     _launch_all(validated(adversarial("frame", 1, 9, 4, 3, seed=5)), ("max",), wide=True)
-    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", 0)
+    monkeypatch.setattr(plan_mod, "MAX_BOUNDS", False)
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # masks, entropy, samples and k-best on the engine's kernels
     monkeypatch.setattr(select, "ENGINE_ON_CPU", True)

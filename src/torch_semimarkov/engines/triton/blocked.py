@@ -118,9 +118,7 @@ if HAS_TRITON:
         bias of the durations j + 1 .. j + BT (``parallel.max_bound_table``), so that a tile of rows
         whose largest ``row + bias`` per label is at most every position's running maximum is
         skipped: none of its terms can raise a maximum (float32 sums round monotonically) nor win a
-        tie (its durations are longer than those of every tile before it). BOUND 1: the whole tile
-        when every label is ruled out (a branch); 2: the ruled-out labels' terms are masked (no
-        branch, no loads for them); 3: both. IO: the positions' offset
+        tie (its durations are longer than those of every tile before it). IO: the positions' offset
         (``ii = IO + 1 ..``), so row rho meets durations rho + IO + 1 .. rho + IO + BT."""
         run_m = tl.full([BT, CB], 2 * MASK, tl.float32)
         run_s = tl.zeros([BT, CB], dtype=tl.float32)
@@ -138,23 +136,18 @@ if HAS_TRITON:
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
             go = True
-            lab = mcol
-            if BOUND != 0:
+            if BOUND:
                 # the tile's bound: per label its largest row plus the largest bias of the durations
                 # it meets, against the least running maximum over the block's positions
                 wd = tl.load(wd_ptr + (rho + IO)[:, None] * C + cols[None, :], mask=ok[:, None] & mcol[None, :],
                              other=2 * MASK)
                 low = tl.min(tl.where(vi[:, None], run_m, 3.0e38), 0)
-                up = tl.max(v + wd, 0) - low
-                if BOUND != 2:
-                    go = tl.max(tl.where(mcol, up, -1.0), 0) > 0
-                if BOUND != 1:
-                    lab = mcol & (up > 0)
+                go = tl.max(tl.where(mcol, tl.max(v + wd, 0) - low, -1.0), 0) > 0
             if go:
                 # duration k = i + rho of row rho at position i
                 kk = ii[:, None] + rho[None, :]
                 vk = vi[:, None] & ok[None, :] & (kk <= K)
-                m3 = vk[:, :, None] & lab[None, None, :]
+                m3 = vk[:, :, None] & mcol[None, None, :]
                 if HAS_MASK:
                     if REVERSE:
                         m3 = m3 & (r[None, :, None] <= limb[:, None, :])
@@ -851,7 +844,7 @@ if HAS_TRITON:
         HRS=0,  # rows a part (HR > 1), a multiple of the tiles' rows
         INLINE: tl.constexpr = False,  # the run computes its helpers' part itself (tests)
         MB: tl.constexpr = 16,  # rows per tile of the previous block's part (``_help_parts``)
-        MAX_BOUND: tl.constexpr = 0,  # max semiring: skip what ed_ptr's bounds rule out (_tile_exact's BOUND)
+        MAX_BOUND: tl.constexpr = False,  # max semiring: skip the tiles ed_ptr's bounds rule out (_tile_exact)
     ):
         """Forward chunk j owns rows [a, b) (and row L if b = L) and starts from the state at a;
         beta chunk j owns rows (a, b] and starts from the state at b (``forward.py`` / ``beta.py``

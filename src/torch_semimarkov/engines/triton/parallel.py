@@ -398,7 +398,7 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     bound_meta = None
     if is_max and plan.max_bounds:
         args.update(ed_ptr=max_bound_table(duration_bias, K, bt))
-        bound_meta = {ph: {"MAX_BOUND": plan.max_bounds if ph in plan.max_bound_phases else 0} for ph in (1, 2, 3)}
+        bound_meta = {ph: {"MAX_BOUND": ph in plan.max_bound_phases} for ph in (1, 2, 3)}
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)

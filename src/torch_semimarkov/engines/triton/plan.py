@@ -114,13 +114,14 @@ HELP_INLINE: Optional[bool] = None
 #: Whether the max semiring's blocked phase A skips a tile whose bound (its largest row plus the
 #: largest duration bias it meets) no position's running maximum is below
 #: (:attr:`KernelPlan.max_bounds`, ``blocked._tile_exact``): the same scores, labels and argmax
-#: durations either way: 0 off, 1 whole tiles (a branch when every label of a tile is ruled out), 2
-#: the ruled-out labels' terms masked, 3 both. Off by default until timed on a GPU (GPU_NOTES 87).
-MAX_BOUNDS: int = 0
+#: durations either way. On: 13-27% off Viterbi at the large random-model shapes, 2% slower at
+#: (32, 3000) and on the gene model, whose in-order repair is kept out (GPU_NOTES 87-88).
+MAX_BOUNDS: bool = True
 
 #: The phases of the chunked launches (1 spec, 2 fix-up, 3 the in-order repair) that test the
-#: bounds of :data:`MAX_BOUNDS`.
-MAX_BOUND_PHASES: tuple = (1, 2, 3)
+#: bounds of :data:`MAX_BOUNDS`: not the repair, one program a sequence, where a tile's test costs
+#: more than it saves (the gene model's repair 17% slower with it, GPU_NOTES 88).
+MAX_BOUND_PHASES: tuple = (1, 2)
 
 #: The most helper programs a run takes (each takes a share of the label tiles and of the rows,
 #: :func:`helper_split`).
@@ -173,8 +174,8 @@ class KernelPlan:
             and B·(T+1) float64 more).
         helpers: programs beside each run of the blocked engine that sum its blocks' older rows
             (:func:`blocked_helpers`).
-        max_bounds: the max semiring's blocked phase A skips what its bounds rule out (0 never;
-            the modes of :data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
+        max_bounds: the max semiring's blocked phase A skips the tiles its bounds rule out
+            (:data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
         max_bound_phases: the chunk phases (1 spec, 2 fix-up, 3 repair) that test them.
     """
 
@@ -200,8 +201,8 @@ class KernelPlan:
     marg_warps: int = MARG_WARPS
     beta_early: bool = False
     helpers: int = 0
-    max_bounds: int = 0
-    max_bound_phases: tuple = (1, 2, 3)
+    max_bounds: bool = False
+    max_bound_phases: tuple = (1, 2)
 
     @property
     def packed_backpointers(self) -> bool:
@@ -500,7 +501,7 @@ def make_plan(
             marg_warps=MARG_WARPS,
             beta_early=early,
             helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
-            max_bounds=int(MAX_BOUNDS) if semiring == "max" else 0, max_bound_phases=tuple(MAX_BOUND_PHASES))
+            max_bounds=bool(MAX_BOUNDS) and semiring == "max", max_bound_phases=tuple(MAX_BOUND_PHASES))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
