@@ -56,18 +56,20 @@ def phase_times(call):
     """One call with each chunk phase timed alone (synchronised), ms: {"kernel:phase": ms}."""
     real, got = parallel._three_phases, {}
 
-    def timed(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None):
+    def timed(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None, repair_roles=1,
+              repair_reset=None):
         for ph in (1, 2, 3):
             if ph > 1 and n == 1:
                 break
-            if reset is not None and ph < 3:
-                reset()
-            extra = {**meta, **(phase_meta or {}).get(ph, {})}
-            if ph == 3 and "HELPERS" in extra:
-                extra["HELPERS"] = 0
+            clear = reset if ph < 3 else repair_reset
+            if clear is not None:
+                clear()
+            entries = {**meta, "HELPERS": 0} if ph == 3 and "HELPERS" in meta else meta
+            grid = ((B, n) if roles == 1 else (B, n, roles)) if ph < 3 else \
+                ((B,) if repair_roles == 1 else (B, 1, repair_roles))
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            kernel[(B, n) if ph < 3 and roles == 1 else (B, n, roles) if ph < 3 else (B,)](**args, PHASE=ph, **extra)
+            kernel[grid](**{**args, **entries, **(phase_meta or {}).get(ph, {})}, PHASE=ph)
             torch.cuda.synchronize()
             key = f"{getattr(kernel, '__name__', 'kernel')}:{ph}"
             got[key] = got.get(key, 0.0) + 1e3 * (time.perf_counter() - t0)

@@ -245,6 +245,51 @@ def test_blocked_is_exact_on_models_that_never_converge(kind, semiring, monkeypa
         assert not bool(stats.converged[:, 1:].all()), "the adversarial model should defeat some fix-ups"
 
 
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_repair_helpers_change_no_output(semiring, monkeypatch):
+    """The in-order repair's own helpers (``plan.repair_helpers``: grid (B, 1, 1 + helpers), the
+    run's chunks in the run's order, each chunk's own slot; HELP_DONE on a chunk the run passes):
+    on a model whose fix-ups never converge (the repair reruns chunks, asserted), log Z and the
+    backward's outputs (forward and beta repairs) or the Viterbi outputs are those without them,
+    with the helpers' parts computed by the run (inline) or launched (on the interpreter they find
+    every chunk finished or passed and stop: the same bits), and beside the spec's and fix-ups'
+    helpers."""
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    # (the cyclic model defeats the log semiring's fix-ups, the frame model the max semiring's)
+    v = validated(adversarial("cyclic" if semiring == "log" else "frame", 2, 36, 6, 3), semiring)
+    base = _plan(v, semiring, backward=semiring == "log")
+    assert base.repair_helpers == 0 and base.n_chunks == 3  # off by default (not yet timed on a GPU)
+    runs = (("none", base, True), ("inline", dataclasses.replace(base, repair_helpers=2), True),
+            ("launched", dataclasses.replace(base, repair_helpers=2), False),
+            ("both", dataclasses.replace(base, helpers=2, repair_helpers=4), False))
+    outs = {}
+    for name, p, inline in runs:
+        monkeypatch.setattr(plan_mod, "HELP_INLINE", inline)
+        chunked = record_outputs(monkeypatch, launch, "forward_chunked")
+        if semiring == "log":
+            z, grads = _forward_backward(v, p)
+            outs[name] = [cpu(z), *[cpu(g) for g in grads]]
+        else:
+            outs[name] = _viterbi(v, p)
+        # a chunk (not the last) whose fix-up did not converge hands the repair its successor
+        # (``redone`` compares step counts, which a rerun of a whole chunk leaves as they were)
+        assert bool((~chunked[0][3].converged[:, 1:-1]).any()), "the repair should rerun chunks here"
+    # the run's own part and the helpers' parts are summed apart, as with the spec's helpers: equal
+    # to float32 rounding to the run alone (the labels and starts exactly), and bitwise whichever
+    # program computed the parts
+    for a, b in zip(outs["inline"], outs["launched"]):
+        assert torch.equal(a, b)
+    for name in ("inline", "both"):
+        if semiring == "log":
+            assert_close(outs[name][0], outs["none"][0], atol=1e-5, rtol=1e-6, msg=name)
+            _assert_grads_close(outs[name][1:], outs["none"][1:])
+        else:
+            assert_close(outs[name][0], outs["none"][0], atol=1e-5, rtol=1e-6, msg=name)
+            assert torch.equal(outs[name][1], outs["none"][1]) and torch.equal(outs[name][2], outs["none"][2]), name
+
+
 def test_blocked_is_deterministic(monkeypatch):
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))

@@ -916,7 +916,7 @@ if HAS_TRITON:
                         _blk_help(role - 1, start, stop, L, e32, e64, cum_b, r_b, f_b, lim_b, db_ptr, ed_ptr, md_ptr,
                                   kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob, orr, orx, HRS, False,
                                   C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR, MAX_BOUND)
-                else:
+                elif PHASE == 2:
                     j0, count = sweep_start(n_b, PHASE, REVERSE)
                     j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE)
                     if redo:
@@ -924,6 +924,32 @@ if HAS_TRITON:
                                   db_ptr, ed_ptr, md_ptr, kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob,
                                   orr, orx, HRS, True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR,
                                   MAX_BOUND)
+                else:
+                    # a helper of the in-order repair: the run's chunks in the run's order, each in its
+                    # own slot; the run publishes a chunk it reruns as any run does (block 0 first)
+                    # and HELP_DONE on one it passes, so the helper learns which before it reads the
+                    # state the chunk starts from (the predecessor's, stored by the run)
+                    j0, count = sweep_start(n_b, PHASE, REVERSE)
+                    for jj in range(0, count):
+                        j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, 1, src_ptr, row, half, PHASE,
+                                                             REVERSE)
+                        if live:
+                            sl = row + j
+                            v0 = _wait_for(hp_ptr + sl, 0, HSPIN)
+                            if (v0 >= 0) & (v0 < HELP_DONE):
+                                if REVERSE:
+                                    nbr = j + 1
+                                else:
+                                    nbr = j - 1
+                                sp = tl.load(src_ptr + row + nbr, cache_modifier=".cg")
+                                e = (sp - 1) * half + row + nbr
+                                start, stop = _ends(a, b, REVERSE)
+                                _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b,
+                                          lim_b, db_ptr, ed_ptr, md_ptr, kr_ptr, hp_ptr + sl, hf_ptr + sl * HELPERS,
+                                          hh_ptr + sl * NBLK, hs_ptr + sl * (3 * HR * BT * C_PAD),
+                                          hk_ptr + sl * (3 * HR * BT * C_PAD), HSPIN, C, K, oi, ob, orr, orx, HRS,
+                                          True, C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR,
+                                          MAX_BOUND)
         if main:
             if PHASE == 1:
                 j = tl.program_id(1)
@@ -960,6 +986,20 @@ if HAS_TRITON:
                     sc_b = sc_ptr + (row + j) * (BT * C_PAD)
                     sk_b = sk_ptr + (row + j) * (BT * C_PAD)
                     start, stop = _ends(a, b, REVERSE)
+                    hp_j = hp_b
+                    hf_j = hf_b
+                    hh_j = hh_b
+                    hs_j = hs_b
+                    hk_j = hk_b
+                    if HELPERS > 0:
+                        if PHASE == 3:
+                            # the repair's helpers (grid (B, 1, 1 + HELPERS)): chunk j's own slot
+                            sl = row + j
+                            hp_j = hp_ptr + sl
+                            hf_j = hf_ptr + sl * HELPERS
+                            hh_j = hh_ptr + sl * NBLK
+                            hs_j = hs_ptr + sl * (3 * HR * BT * C_PAD)
+                            hk_j = hk_ptr + sl * (3 * HR * BT * C_PAD)
                     if redo:
                         in32 = e32 + e * E32
                         in64 = e64 + e * E64
@@ -968,7 +1008,7 @@ if HAS_TRITON:
                         st, F, conv, delta, steps, q_last = _blk_run(
                             start, stop, L, st, F, in32, in64, cum_b, ps_b, pe_b, r_b, a_b, f_b, bk_b, bc_b, lim_b, fl_b,
                             sc_b, sk_b, M, u0, db_ptr, ed_ptr, md_ptr, kr_ptr, C, K, TOL, oc, mc, oi, ob, orr, orx, oj,
-                            hp_b, hf_b, hh_b, hs_b, hk_b, SPIN, orm, HRS, True,
+                            hp_j, hf_j, hh_j, hs_j, hk_j, SPIN, orm, HRS, True,
                             C_PAD, K_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_PS, HAS_PE, True, HAS_MASK, LINEAR, HELPERS,
                             INLINE, HR, MAX_BOUND)
                         if conv != 0:
@@ -995,5 +1035,9 @@ if HAS_TRITON:
                         if PHASE == 3:
                             if live:
                                 clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                                if HELPERS > 0:
+                                    if not INLINE:
+                                        # the repair's helpers pass this chunk too
+                                        tl.atomic_xchg(hp_j, HELP_DONE, sem="release", scope="gpu")
                     # the next chunk reads what this one stored (end state, flags) from other threads
                     tl.debug_barrier()

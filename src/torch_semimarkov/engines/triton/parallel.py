@@ -49,24 +49,32 @@ def _chunk_state(B, n, n32, n64, nb, dev):
     return e32, e64, eb, status, src, delta, steps
 
 
-def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None):
+def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None, repair_roles=1,
+                  repair_reset=None):
     """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again.
     ``roles`` > 1: the spec and fix-up grids take a third axis (the blocked engine's run and its
-    helpers), whose progress flags ``reset`` clears before each of them; the repair has none.
+    helpers), whose progress flags ``reset`` clears before each of them; the repair has none
+    unless ``repair_roles`` > 1 (grid (B, 1, repair_roles), ``repair_reset`` before it).
     ``phase_meta``: {phase: meta entries} that phase launches with instead."""
     grid = (B, n) if roles == 1 else (B, n, roles)
     extra = phase_meta or {}
+
+    def launch(g, phase, entries):
+        kernel[g](**{**args, **entries, **extra.get(phase, {})}, PHASE=phase)
+
     if reset is not None:
         reset()
-    kernel[grid](**args, PHASE=1, **{**meta, **extra.get(1, {})})
+    launch(grid, 1, meta)
     if n == 1:
         return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
     if reset is not None:
         reset()
-    kernel[grid](**args, PHASE=2, **{**meta, **extra.get(2, {})})
+    launch(grid, 2, meta)
     before = steps.clone()
-    repair = {**meta, "HELPERS": 0} if "HELPERS" in meta else meta
-    kernel[(B,)](**args, PHASE=3, **{**repair, **extra.get(3, {})})
+    if repair_reset is not None:
+        repair_reset()
+    launch((B,) if repair_roles == 1 else (B, 1, repair_roles), 3,
+           {**meta, "HELPERS": 0} if "HELPERS" in meta else meta)
     return steps.ne(before)
 
 
@@ -378,51 +386,63 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     )
     # helpers split the label tiles and the rows (blocked._blk_help); cheap linear sums need fewer
     tiles = -(-C // cb)
-    helpers = plan.helpers
-    if period == 1:
-        helpers = _plan.linear_helpers(helpers, K, tiles)
-    groups, parts = _plan.helper_split(helpers, tiles, K, rb)
-    helpers = groups * parts
-    part_rows = _plan.helper_part_rows(parts, K, rb)
+
+    def split(h):
+        if period == 1:
+            h = _plan.linear_helpers(h, K, tiles)
+        g, p = _plan.helper_split(h, tiles, K, rb)
+        return g * p, g, p, _plan.helper_part_rows(p, K, rb)
+
+    helpers, groups, parts, part_rows = split(plan.helpers)
+    # the in-order repair's own helpers (B runs only: plan.repair_helpers)
+    rhelp, rgroups, rparts, rpart_rows = split(plan.repair_helpers if n > 1 else 0)
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     elif linear:
-        ed, md, kr = linear_duration_tables(duration_bias, plan, pad=(2 if helpers else 1) * bt + rb,
+        ed, md, kr = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
                                             trend=period == 3)
         if RECOMPUTED is not None:
             blocks = (lengths.long() + bt - 1) // bt * ((C + cb - 1) // cb)
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
         # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
         args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=period, RBX=max(1, min(rb, 8192 // (bt * cb))))
-    bound_meta = None
+    bound_meta = None  # {phase: launch entries of that phase only}
     if is_max and plan.max_bounds:
         args.update(ed_ptr=max_bound_table(duration_bias, K, bt))
         bound_meta = {ph: {"MAX_BOUND": ph in plan.max_bound_phases} for ph in (1, 2, 3)}
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
-    roles, reset = 1, None
-    if helpers:
+    roles, reset, rroles, rreset = 1, None, 1, None
+    if helpers or rhelp:
         inline = _plan.HELP_INLINE if _plan.HELP_INLINE is not None else not cum_scores.is_cuda
         nblk = -(-W // bt) + 1
         hp = torch.empty((B, n), device=dev, dtype=torch.int32)
-        hf = torch.empty((B, n, helpers), device=dev, dtype=torch.int32)
+        hf = torch.empty((B, n, max(helpers, rhelp)), device=dev, dtype=torch.int32)
         # the helpers' sums: two blocks' slots, and a third for a run that computes them itself
-        args.update(hp_ptr=hp, hf_ptr=hf, hh_ptr=torch.empty((B, n, nblk), device=dev, dtype=torch.float64),
-                    hs_ptr=torch.empty((B, n, 3, parts, bt, plan.c_pad), device=dev, dtype=torch.float32),
-                    hk_ptr=torch.empty((B, n, 3, parts, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32,
-                    NBLK=nblk, SPIN=RUN_SPIN if cum_scores.is_cuda else 0, HSPIN=HELPER_SPIN if cum_scores.is_cuda else 0,
-                    HRS=part_rows)
-        meta.update(HELPERS=helpers, HG=groups, HR=parts, INLINE=inline, MB=min(bt, 16))
-        if not inline:
-            roles = 1 + helpers
+        hargs = dict(hp_ptr=hp, hf_ptr=hf, hh_ptr=torch.empty((B, n, nblk), device=dev, dtype=torch.float64),
+                     hs_ptr=torch.empty((B, n, 3, max(parts, rparts), bt, plan.c_pad), device=dev, dtype=torch.float32),
+                     hk_ptr=torch.empty((B, n, 3, max(parts, rparts), bt, plan.c_pad), device=dev,
+                                        dtype=torch.int32) if is_max else i32,
+                     NBLK=nblk, SPIN=RUN_SPIN if cum_scores.is_cuda else 0,
+                     HSPIN=HELPER_SPIN if cum_scores.is_cuda else 0)
 
-            def clear():
-                hp.fill_(-1)
-                hf.fill_(-1)
-            reset = clear
-    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, bound_meta)
+        def clear():
+            hp.fill_(-1)
+            hf.fill_(-1)
+        if helpers:
+            args.update(hargs, HRS=part_rows)
+            meta.update(HELPERS=helpers, HG=groups, HR=parts, INLINE=inline, MB=min(bt, 16))
+            if not inline:
+                roles, reset = 1 + helpers, clear
+        if rhelp:
+            bound_meta = bound_meta or {}
+            bound_meta[3] = {**bound_meta.get(3, {}), **hargs, "HRS": rpart_rows, "HELPERS": rhelp, "HG": rgroups,
+                             "HR": rparts, "INLINE": inline, "MB": min(bt, 16)}
+            if not inline:
+                rroles, rreset = 1 + rhelp, clear
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, bound_meta, rroles, rreset)
     stats = ChunkStats(status.bool(), steps, redone)
     if reverse:
         return rows, backward_offsets(frames, delta, W), None, stats

@@ -123,6 +123,11 @@ MAX_BOUNDS: bool = True
 #: more than it saves (the gene model's repair 17% slower with it, GPU_NOTES 88).
 MAX_BOUND_PHASES: tuple = (1, 2)
 
+#: Whether the in-order repair (phase 3: one run a sequence, through the chunks whose fix-up did
+#: not converge) takes helper programs of its own (:attr:`KernelPlan.repair_helpers`, the plan's
+#: :func:`blocked_helpers` for B runs). Off until timed on a GPU (GPU_NOTES 89).
+REPAIR_HELPERS: bool = False
+
 #: The most helper programs a run takes (each takes a share of the label tiles and of the rows,
 #: :func:`helper_split`).
 MAX_HELPERS = 6
@@ -177,6 +182,8 @@ class KernelPlan:
         max_bounds: the max semiring's blocked phase A skips the tiles its bounds rule out
             (:data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
         max_bound_phases: the chunk phases (1 spec, 2 fix-up, 3 repair) that test them.
+        repair_helpers: helper programs beside each run of the in-order repair (B runs, so more
+            than the spec's B·n runs leave room for; :data:`REPAIR_HELPERS`).
     """
 
     kind: str
@@ -203,6 +210,7 @@ class KernelPlan:
     helpers: int = 0
     max_bounds: bool = False
     max_bound_phases: tuple = (1, 2)
+    repair_helpers: int = 0
 
     @property
     def packed_backpointers(self) -> bool:
@@ -501,6 +509,7 @@ def make_plan(
             marg_warps=MARG_WARPS,
             beta_early=early,
             helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
+            repair_helpers=blocked_helpers(B, 1, C, sms, early, on_cuda) if REPAIR_HELPERS else 0,
             max_bounds=bool(MAX_BOUNDS) and semiring == "max", max_bound_phases=tuple(MAX_BOUND_PHASES))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
