@@ -259,8 +259,9 @@ def test_repair_helpers_change_no_output(semiring, monkeypatch):
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
     # (the cyclic model defeats the log semiring's fix-ups, the frame model the max semiring's)
     v = validated(adversarial("cyclic" if semiring == "log" else "frame", 2, 36, 6, 3), semiring)
+    monkeypatch.setattr(plan_mod, "REPAIR_HELPERS", False)
     base = _plan(v, semiring, backward=semiring == "log")
-    assert base.repair_helpers == 0 and base.n_chunks == 3  # off by default (not yet timed on a GPU)
+    assert base.repair_helpers == 0 and base.n_chunks == 3
     runs = (("none", base, True), ("inline", dataclasses.replace(base, repair_helpers=2), True),
             ("launched", dataclasses.replace(base, repair_helpers=2), False),
             ("both", dataclasses.replace(base, helpers=2, repair_helpers=4), False))
@@ -782,6 +783,14 @@ def test_helpers_use_the_multiprocessors_the_runs_leave(monkeypatch):
     trained = plan_mod.make_plan(1, 100000, 4000, 47, device="cuda", backward=True)
     assert (plain.n_chunks, plain.beta_early, plain.helpers) == (17, False, 6)
     assert (trained.n_chunks, trained.beta_early, trained.helpers) == (17, True, 2)
+    # the in-order repair runs B programs, so it takes helpers where the spec's B·n runs leave none:
+    # (4, 10^5, 960, 47) and the gene model's 8 loci (GPU_NOTES 89); a forward beside its beta counts both
+    wide = plan_mod.make_plan(4, 100000, 960, 47, device="cuda")
+    gene = plan_mod.make_plan(8, 118213, 960, 47, device="cuda", backward=True)
+    assert (wide.helpers, wide.repair_helpers) == (0, 6) and gene.helpers == 0
+    assert gene.repair_helpers == h(8, 1, 47, 132, gene.beta_early, True)
+    monkeypatch.setattr(plan_mod, "REPAIR_HELPERS", False)
+    assert plan_mod.make_plan(4, 100000, 960, 47, device="cuda").repair_helpers == 0
     # linear-space sums (period 1) take only the helpers they need (2,048 tile rows each): two for
     # 3 tiles of 960 rows, six at 4000 rows; a forced count stands
     lh = plan_mod.linear_helpers
