@@ -185,7 +185,7 @@ class KernelPlan:
             (:data:`MAX_BOUNDS`; ``parallel.max_bound_table``): the same outputs either way.
         max_bound_phases: the chunk phases (1 spec, 2 fix-up, 3 repair) that test them.
         repair_helpers: helper programs beside each run of the in-order repair (B runs, so more
-            than the spec's B·n runs leave room for; :data:`REPAIR_HELPERS`).
+            than the spec's B·n runs leave room for; :data:`REPAIR_HELPERS`; none for one chunk).
     """
 
     kind: str
@@ -511,7 +511,7 @@ def make_plan(
             marg_warps=MARG_WARPS,
             beta_early=early,
             helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
-            repair_helpers=blocked_helpers(B, 1, C, sms, early, on_cuda) if REPAIR_HELPERS else 0,
+            repair_helpers=blocked_helpers(B, 1, C, sms, early, on_cuda) if REPAIR_HELPERS and n > 1 else 0,
             max_bounds=bool(MAX_BOUNDS) and semiring == "max", max_bound_phases=tuple(MAX_BOUND_PHASES))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
