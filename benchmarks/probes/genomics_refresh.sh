@@ -15,10 +15,7 @@ if [ "${PART:-a}" = a ]; then
   echo "a rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
   tail -30 $OUT/genomics_a.log
 else
-  pip install -q --no-index --no-deps --target /tmp/site .whl/biopython-*.whl > $OUT/pip.log 2>&1
-  echo '{"order": 3, "smoothing": 2.0, "max_duration": 960}' > /tmp/ghmm.json
-  timeout 200 python3 benchmarks/probes/make_gene_inputs.py --data .gpu/gene_data --config /tmp/ghmm.json \
-      --loci 8 --out /tmp/gene_inputs.pt > $OUT/gene_inputs.log 2>&1
+  source benchmarks/probes/gene_inputs.sh
   echo "inputs rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
   timeout $(( 500 - ($(date +%s) - t0) )) python3 benchmarks/bench_genomics.py --out $OUT/genomics_b.json \
       --only gene,sweep --gene-inputs /tmp/gene_inputs.pt --old-max-s 4 > $OUT/genomics_b.log 2>&1

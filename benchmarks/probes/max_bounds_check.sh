@@ -7,10 +7,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
-pip install -q --no-index --no-deps --target /tmp/site .whl/biopython-*.whl > $OUT/pip.log 2>&1
-echo '{"order": 3, "smoothing": 2.0, "max_duration": 960}' > /tmp/ghmm.json
-timeout 120 python3 benchmarks/probes/make_gene_inputs.py --data .gpu/gene_data --config /tmp/ghmm.json \
-    --loci 8 --out /tmp/gene_inputs.pt > $OUT/gene_inputs.log 2>&1
+source benchmarks/probes/gene_inputs.sh
 timeout 400 python3 benchmarks/probes/max_bounds_ab.py $OUT/max_bounds_ab.json --gene /tmp/gene_inputs.pt \
     --variants "${VARIANTS:-0;1;1:12}" --gene-variants "${GENE_VARIANTS:-0;1;1:12}" \
     > $OUT/max_bounds_ab.log 2>&1

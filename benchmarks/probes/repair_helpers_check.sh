@@ -6,10 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
-pip install -q --no-index --no-deps --target /tmp/site .whl/biopython-*.whl > $OUT/pip.log 2>&1
-echo '{"order": 3, "smoothing": 2.0, "max_duration": 960}' > /tmp/ghmm.json
-timeout 120 python3 benchmarks/probes/make_gene_inputs.py --data .gpu/gene_data --config /tmp/ghmm.json \
-    --loci 8 --out /tmp/gene_inputs.pt > $OUT/gene_inputs.log 2>&1
+source benchmarks/probes/gene_inputs.sh
 # the compiled tests first, in the background on the same GPU (their timings are not the point)
 timeout 400 python3 -m pytest -v -n 6 -p no:cacheprovider -p no:benchmark -o addopts="" --tb=short \
     tests/engines/triton/test_kernels_blocked.py -k "repair or helpers or never_converge" > $OUT/tests.log 2>&1 &
