@@ -43,7 +43,8 @@ def main():
                         "(the marginal kernel, then the block sums: None default, False log space, 1 or 3 "
                         "linear with that period); @BTxRBxCB[:warps] forces the recurrences' tiles (and warps), e.g. tiled:3@16x32x16 or tiled:False@16x32x32:4; "
                         "~0 turns off the longer chunks of a differentiated forward (plan.BESIDE_SPLIT), e.g. tiled~0; "
-                        "^0 the one-chunk rule for batches of several waves (plan.WAVES_RULE), e.g. tiled^0")
+                        "^0 the one-chunk rule for batches of several waves (plan.WAVES_RULE), e.g. tiled^0; "
+                        "%0 the in-order repair's helpers (plan.REPAIR_HELPERS), e.g. tiled%0")
     p.add_argument("--profile", action="store_true", help="per-kernel CUDA time and host time of one step (last mode)")
     p.add_argument("--out", default="/tmp/gene_step.json")
     args = p.parse_args()
@@ -82,6 +83,8 @@ def main():
     default_warps = plan_mod.BLOCKED_WARPS
 
     def set_mode(m):
+        m, _, repair = m.partition("%")
+        plan_mod.REPAIR_HELPERS = repair != "0"
         m, _, waves = m.partition("^")
         plan_mod.WAVES_RULE = waves != "0"
         m, _, split = m.partition("~")

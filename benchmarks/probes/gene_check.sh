@@ -1,0 +1,25 @@
+#!/bin/bash
+# Device calls (issue 25, after GPU_NOTES 89): the gene model with the in-order repair's helpers.
+#   PART=a  its float32 log Z and gradients against the float64 PyTorch path (probes/gene_accuracy.py:
+#           the time-parallel engine with and without repair helpers, and one program a sequence),
+#           on the 7 shorter of the 8 loci, then on the longest (118 kb);
+#   PART=b  the gene finder's training step with and without them (bench_gene_step.py "tiled%0,tiled").
+#     PART=a bash benchmarks/probes/gene_check.sh      (carry .gpu and .whl; results under $OUT)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
+nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
+t0=$(date +%s)
+source benchmarks/probes/gene_inputs.sh
+if [ "${PART:-a}" = a ]; then
+  timeout 280 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_short.json \
+      --loci 1,2,3,4,5,6,7 > $OUT/gene_accuracy_short.log 2>&1
+  echo "short rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  timeout $(( 580 - ($(date +%s) - t0) )) python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt \
+      $OUT/gene_accuracy_long.json --loci 0 > $OUT/gene_accuracy_long.log 2>&1
+  echo "long rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  cat $OUT/phases.txt $OUT/gene_accuracy_short.log $OUT/gene_accuracy_long.log
+else
+  timeout $(( 580 - ($(date +%s) - t0) )) python3 benchmarks/bench_gene_step.py --data .gpu/gene_data \
+      --modes "tiled%0,tiled" --runs 3 --out $OUT/gene_step.json > $OUT/gene_step.log 2>&1
+  echo "step rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  cat $OUT/phases.txt; tail -12 $OUT/gene_step.log
+fi
