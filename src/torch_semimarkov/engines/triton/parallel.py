@@ -407,10 +407,10 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
         # the rare term-by-term recomputation of a tile: at most 8192 terms a (BT, RBX, CB) tile
         args.update(ed_ptr=ed, md_ptr=md, kr_ptr=kr, LINEAR=period, RBX=max(1, min(rb, 8192 // (bt * cb))))
-    bound_meta = None  # {phase: launch entries of that phase only}
+    phase_meta = None  # {phase: launch entries of that phase only}
     if is_max and plan.max_bounds:
         args.update(ed_ptr=max_bound_table(duration_bias, K, bt))
-        bound_meta = {ph: {"MAX_BOUND": ph in plan.max_bound_phases} for ph in (1, 2, 3)}
+        phase_meta = {ph: {"MAX_BOUND": ph in plan.max_bound_phases} for ph in (1, 2, 3)}
     meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, CB=cb, RB=rb, BT=bt, REVERSE=reverse,
                 IS_MAX=is_max, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
@@ -437,12 +437,12 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
             if not inline:
                 roles, reset = 1 + helpers, clear
         if rhelp:
-            bound_meta = bound_meta or {}
-            bound_meta[3] = {**bound_meta.get(3, {}), **hargs, "HRS": rpart_rows, "HELPERS": rhelp, "HG": rgroups,
+            phase_meta = phase_meta or {}
+            phase_meta[3] = {**phase_meta.get(3, {}), **hargs, "HRS": rpart_rows, "HELPERS": rhelp, "HG": rgroups,
                              "HR": rparts, "INLINE": inline, "MB": min(bt, 16)}
             if not inline:
                 rroles, rreset = 1 + rhelp, clear
-    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, bound_meta, rroles, rreset)
+    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, phase_meta, rroles, rreset)
     stats = ChunkStats(status.bool(), steps, redone)
     if reverse:
         return rows, backward_offsets(frames, delta, W), None, stats
