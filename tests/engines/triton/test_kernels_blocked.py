@@ -245,7 +245,7 @@ def test_blocked_is_exact_on_models_that_never_converge(kind, semiring, monkeypa
         assert not bool(stats.converged[:, 1:].all()), "the adversarial model should defeat some fix-ups"
 
 
-@pytest.mark.parametrize("semiring", ["log", "max"])
+@pytest.mark.parametrize("semiring", ["log", "max", "masks"])
 def test_repair_helpers_change_no_output(semiring, monkeypatch):
     """The in-order repair's own helpers (``plan.repair_helpers``: grid (B, 1, 1 + helpers), the
     run's chunks in the run's order, each chunk's own slot; HELP_DONE on a chunk the run passes):
@@ -253,14 +253,22 @@ def test_repair_helpers_change_no_output(semiring, monkeypatch):
     backward's outputs (forward and beta repairs) or the Viterbi outputs are those without them,
     with the helpers' parts computed by the run (inline) or launched (on the interpreter they find
     every chunk finished or passed and stop: the same bits), and beside the spec's and fix-ups'
-    helpers."""
+    helpers. ``masks``: a constrained forward (the gene finder's gold labellings take this path)."""
     monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 12)
+    masked, semiring = semiring == "masks", "log" if semiring == "masks" else semiring
     # (the cyclic model defeats the log semiring's fix-ups, the frame model the max semiring's)
     v = validated(adversarial("cyclic" if semiring == "log" else "frame", 2, 36, 6, 3), semiring)
+    masks = None
+    if masked:
+        from torch_semimarkov.engines.triton.limits import engine_limits
+
+        lm = torch.rand(2, 36, 3, generator=torch.Generator().manual_seed(4)) < 0.8
+        lm[..., 0] = True
+        masks = engine_limits(lm.to(v.cum_scores.device), None, 2, 36, 3, v.K, v.cum_scores.device)
     monkeypatch.setattr(plan_mod, "REPAIR_HELPERS", False)
-    base = _plan(v, semiring, backward=semiring == "log")
+    base = _plan(v, semiring, backward=semiring == "log" and not masked)
     assert base.repair_helpers == 0 and base.n_chunks == 3
     runs = (("none", base, True), ("inline", dataclasses.replace(base, repair_helpers=2), True),
             ("launched", dataclasses.replace(base, repair_helpers=2), False),
@@ -269,7 +277,11 @@ def test_repair_helpers_change_no_output(semiring, monkeypatch):
     for name, p, inline in runs:
         monkeypatch.setattr(plan_mod, "HELP_INLINE", inline)
         chunked = record_outputs(monkeypatch, launch, "forward_chunked")
-        if semiring == "log":
+        if masked:
+            z, _ = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
+                                         v.proj_start, v.proj_end, plan=p, save_for_backward=False, masks=masks)
+            outs[name] = [cpu(z)]
+        elif semiring == "log":
             z, grads = _forward_backward(v, p)
             outs[name] = [cpu(z), *[cpu(g) for g in grads]]
         else:
@@ -283,7 +295,10 @@ def test_repair_helpers_change_no_output(semiring, monkeypatch):
     for a, b in zip(outs["inline"], outs["launched"]):
         assert torch.equal(a, b)
     for name in ("inline", "both"):
-        if semiring == "log":
+        if masked:
+            assert torch.isfinite(outs[name][0]).all()
+            assert_close(outs[name][0], outs["none"][0], atol=1e-5, rtol=1e-6, msg=name)
+        elif semiring == "log":
             assert_close(outs[name][0], outs["none"][0], atol=1e-5, rtol=1e-6, msg=name)
             _assert_grads_close(outs[name][1:], outs["none"][1:])
         else:
