@@ -12,7 +12,7 @@ they are. This probe runs the exact max recurrence in float64 and counts, over t
 first K positions, the tiles such a test would skip, for the benchmarks' random models and, with
 ``--gene FILE`` (``probes/make_gene_inputs.py --float64``), a gene model.
 
-    python benchmarks/probes/max_tile_bounds.py [--T 4000] [--gene gene_inputs.pt] [--out results.json]
+    python benchmarks/probes/max_tile_bounds.py [--T 4000] [--gene gene_inputs.pt] [--group 16] [--out results.json]
 """
 import argparse
 import json
@@ -52,8 +52,13 @@ def max_rows(cum, tr, db, ps, pe, T, K, semiring="max"):
     return U
 
 
-def skipped(U, cum, db, T, K, BT, RB, CB, start, margin=0.0):
-    """(skippable tiles, tiles) over the blocks q0 = start, start + BT, ... < T - BT."""
+def skipped(U, cum, db, T, K, BT, RB, CB, start, margin=0.0, group=0):
+    """(skippable tiles, tiles) over the blocks q0 = start, start + BT, ... < T - BT.
+
+    ``group`` > 0: the cheaper bound a kernel could test without loading a tile's rows: per label
+    the largest V of each aligned group of ``group`` positions (kept as the rows are written), the
+    largest over the groups a tile's rows touch, plus the largest duration bias any of its rows
+    meets (rho + 1 .. rho + RB - 1 + BT)."""
     C = U.shape[1]
     n_skip = n_all = 0
     V_all = U - cum[:T]  # V[r] = U_r - S_r
@@ -77,6 +82,19 @@ def skipped(U, cum, db, T, K, BT, RB, CB, start, margin=0.0):
         dpad = torch.nn.functional.pad(db, (0, 0, 0, BT), value=-math.inf)
         wd = dpad.unfold(0, BT, 1)[:K].amax(-1)  # (K, C): durations rho + 1 .. rho + BT
         rowb = torch.nn.functional.pad(V + wd, (0, 0, 0, pad), value=-math.inf).view(nt, RB, C).max(1).values
+        if group:
+            # per aligned group of positions the largest V; a tile takes its groups' maxima
+            ng = -(-T // group)
+            Vg = torch.nn.functional.pad(V_all, (0, 0, 0, ng * group - T), value=-math.inf).view(ng, group, C)
+            Vg = Vg.max(1).values  # (ng, C)
+            wt = torch.nn.functional.pad(wd, (0, 0, 0, pad), value=-math.inf).view(nt, RB, C).max(1).values
+            rowb = torch.full((nt, C), -math.inf, dtype=torch.float64)
+            for t in range(nt):
+                hi_r, lo_r = q0 - t * RB, q0 - min(t * RB + RB - 1, K - 1)  # rows of the tile
+                if hi_r < 0:
+                    continue
+                g0, g1 = max(lo_r, 0) // group, hi_r // group
+                rowb[t] = Vg[g0:g1 + 1].max(0).values + wt[t]
         fine = (rowb[None] <= run_before - margin) | torch.isinf(rowb)[None]  # (BT, nt, C)
         for c0 in range(0, C, CB):
             s = fine[:, :, c0:c0 + CB].all(2).all(0)  # (nt,)
@@ -96,6 +114,7 @@ def main():
     ap.add_argument("--semiring", default="max", help="max, or log: a tile counts where its bound is at least "
                     "--margin below the running maximum (its terms then add less than float32 resolves)")
     ap.add_argument("--margin", type=float, default=0.0)
+    ap.add_argument("--group", type=int, default=0, help="the cheaper bound of aligned position groups (skipped())")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     BT, RB, CB = (int(x) for x in a.tiles.split(","))
@@ -110,12 +129,13 @@ def main():
         models["gene"] = (f("cum_scores"), g["transition"].double(), g["duration_bias"].double(), f("proj_start"),
                           f("proj_end"))
         K_of["gene"] = int(g["K"])
-    out = {"tiles": [BT, RB, CB], "T": a.T, "semiring": a.semiring, "margin": a.margin, "results": {}}
+    out = {"tiles": [BT, RB, CB], "T": a.T, "semiring": a.semiring, "margin": a.margin, "group": a.group,
+           "results": {}}
     for name, (cum, tr, db, ps, pe) in models.items():
         K = K_of[name]
         T = min(a.T, cum.shape[0] - 1)
         U = max_rows(cum, tr, db, ps, pe, T, K, a.semiring)
-        n_skip, n_all = skipped(U, cum, db, T, K, BT, RB, CB, start=K, margin=a.margin)
+        n_skip, n_all = skipped(U, cum, db, T, K, BT, RB, CB, start=K, margin=a.margin, group=a.group)
         out["results"][name] = {"K": K, "C": cum.shape[1], "T": T, "skippable": n_skip, "tiles": n_all,
                                 "fraction": n_skip / max(n_all, 1)}
         print(name, out["results"][name], flush=True)
