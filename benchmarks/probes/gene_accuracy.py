@@ -13,17 +13,12 @@ found the cum_scores gradient of the two time-parallel runs 1.2e-3 apart; this s
 """
 import argparse
 import json
-import os
-import sys
 import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from torch_semimarkov import semi_crf_streaming_forward  # noqa: E402
-from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
+from torch_semimarkov import semi_crf_streaming_forward
+from torch_semimarkov.engines.triton import plan as plan_mod
 
 
 def grads(g, idx, dtype, device, **options):

@@ -52,30 +52,28 @@ def set_variant(variant):
     plan_mod.MAX_BOUNDS, plan_mod.MAX_BOUND_PHASES = bool(variant[0]), variant[1]
 
 
-def phase_times(call):
-    """One call with each chunk phase timed alone (synchronised), ms: {"kernel:phase": ms}."""
-    real, got = parallel._three_phases, {}
+class _TimedKernel:
+    """A kernel whose every launch is synchronised and timed into ``got`` ("kernel:phase": ms)."""
 
-    def timed(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None, repair_roles=1,
-              repair_reset=None):
-        for ph in (1, 2, 3):
-            if ph > 1 and n == 1:
-                break
-            clear = reset if ph < 3 else repair_reset
-            if clear is not None:
-                clear()
-            entries = {**meta, "HELPERS": 0} if ph == 3 and "HELPERS" in meta else meta
-            grid = ((B, n) if roles == 1 else (B, n, roles)) if ph < 3 else \
-                ((B,) if repair_roles == 1 else (B, 1, repair_roles))
+    def __init__(self, kernel, got):
+        self.kernel, self.got = kernel, got
+
+    def __getitem__(self, grid):
+        def launch(**kw):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            kernel[grid](**{**args, **entries, **(phase_meta or {}).get(ph, {})}, PHASE=ph)
+            self.kernel[grid](**kw)
             torch.cuda.synchronize()
-            key = f"{getattr(kernel, '__name__', 'kernel')}:{ph}"
-            got[key] = got.get(key, 0.0) + 1e3 * (time.perf_counter() - t0)
-        return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
+            key = f"{getattr(self.kernel, '__name__', 'kernel')}:{kw['PHASE']}"
+            self.got[key] = self.got.get(key, 0.0) + 1e3 * (time.perf_counter() - t0)
+        return launch
 
-    parallel._three_phases = timed
+
+def phase_times(call):
+    """One call with each chunk phase timed alone (synchronised launches through the engine's own
+    ``parallel._three_phases``), ms: {"kernel:phase": ms}."""
+    real, got = parallel._three_phases, {}
+    parallel._three_phases = lambda kernel, *a, **kw: real(_TimedKernel(kernel, got), *a, **kw)
     try:
         call()
     finally:

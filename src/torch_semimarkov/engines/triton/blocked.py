@@ -918,7 +918,7 @@ if HAS_TRITON:
                                   C_PAD, CB, RB, BT, REVERSE, IS_MAX, HAS_MASK, LINEAR, HG, HR, MAX_BOUND)
                 elif PHASE == 2:
                     j0, count = sweep_start(n_b, PHASE, REVERSE)
-                    j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE)
+                    j, a, b, live, redo, e = sweep_chunk(j0, 0, W, L, n_b, 1, src_ptr, row, half, PHASE, REVERSE, "")
                     if redo:
                         _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b, lim_b,
                                   db_ptr, ed_ptr, md_ptr, kr_ptr, hp_b, hf_b, hh_b, hs_b, hk_b, HSPIN, C, K, oi, ob,
@@ -932,17 +932,14 @@ if HAS_TRITON:
                     j0, count = sweep_start(n_b, PHASE, REVERSE)
                     for jj in range(0, count):
                         j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, 1, src_ptr, row, half, PHASE,
-                                                             REVERSE)
+                                                             REVERSE, "")
                         if live:
                             sl = row + j
                             v0 = _wait_for(hp_ptr + sl, 0, HSPIN)
                             if (v0 >= 0) & (v0 < HELP_DONE):
-                                if REVERSE:
-                                    nbr = j + 1
-                                else:
-                                    nbr = j - 1
-                                sp = tl.load(src_ptr + row + nbr, cache_modifier=".cg")
-                                e = (sp - 1) * half + row + nbr
+                                # the run reruns it: its incoming slot, as the run read it
+                                j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, 0, src_ptr, row, half,
+                                                                     PHASE, REVERSE, ".cg")
                                 start, stop = _ends(a, b, REVERSE)
                                 _blk_help(role - 1, start, stop, L, e32 + e * E32, e64 + e * E64, cum_b, r_b, f_b,
                                           lim_b, db_ptr, ed_ptr, md_ptr, kr_ptr, hp_ptr + sl, hf_ptr + sl * HELPERS,
@@ -982,7 +979,7 @@ if HAS_TRITON:
                 clean_prev = tl.full([], 1, tl.int32)
                 for jj in range(0, count):
                     j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                         PHASE, REVERSE)
+                                                         PHASE, REVERSE, "")
                     sc_b = sc_ptr + (row + j) * (BT * C_PAD)
                     sk_b = sk_ptr + (row + j) * (BT * C_PAD)
                     start, stop = _ends(a, b, REVERSE)

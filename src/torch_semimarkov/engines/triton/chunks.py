@@ -193,7 +193,7 @@ if HAS_TRITON:
             clean_prev = tl.full([], 1, tl.int32)
             for jj in range(0, count):
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, REVERSE)
+                                                     PHASE, REVERSE, "")
                 if redo:
                     # phase 2: the predecessor's spec end state; repair: the end state of the
                     # predecessor's stored rows (its spec end, or the end of an exact rerun)
@@ -333,7 +333,7 @@ if HAS_TRITON:
             clean_prev = tl.full([], 1, tl.int32)
             for jj in range(0, count):
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, REVERSE)
+                                                     PHASE, REVERSE, "")
                 if redo:
                     # phase 2: the predecessor's spec end state; repair: the end state of the
                     # predecessor's stored rows (its spec end, or the end of an exact rerun)

@@ -148,13 +148,14 @@ if HAS_TRITON:
 
     @triton.jit
     def sweep_chunk(j0, jj, W, L, n_chunks, clean_prev, src_ptr, row, half,
-                    PHASE: tl.constexpr, REVERSE: tl.constexpr):
+                    PHASE: tl.constexpr, REVERSE: tl.constexpr, CM: tl.constexpr):
         """Step ``jj`` of the sweep from ``sweep_start``: ``(j, a, b, live, redo, e)``: chunk j
         covers positions [a, b); ``live``: it has a predecessor in the run's direction (forward
         j - 1, beta j + 1) and positions; ``redo``: it runs (a fix-up always; a repair only after a
         chunk whose stored rows are not ``clean_prev``); ``e``: the end-state slot it starts from,
         the predecessor's speculative end (PHASE 2) or the end of the predecessor's stored rows
-        (PHASE 3: ``src_ptr`` says which of the two buffers, ``half`` entries apart)."""
+        (PHASE 3: ``src_ptr`` says which of the two buffers, ``half`` entries apart; CM the cache
+        modifier of that read, ".cg" in a program other than the run that wrote it)."""
         if REVERSE:
             j = j0 - jj
             nbr = j + 1
@@ -171,6 +172,6 @@ if HAS_TRITON:
         sp = 1
         if PHASE == 3:
             redo = live & (clean_prev == 0)
-            sp = tl.load(src_ptr + row + nbr, mask=redo, other=1)
+            sp = tl.load(src_ptr + row + nbr, mask=redo, other=1, cache_modifier=CM)
         e = (sp - 1) * half + row + nbr
         return j, a, b, live, redo, e

@@ -414,7 +414,7 @@ if HAS_TRITON:
             clean_prev = tl.full([], 1, tl.int32)
             for jj in range(0, count):
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, REVERSE)
+                                                     PHASE, REVERSE, "")
                 if redo:
                     hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
                     hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(

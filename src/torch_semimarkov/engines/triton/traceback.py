@@ -286,7 +286,7 @@ if HAS_TRITON:
             clean_prev = tl.full([], 1, tl.int32)
             for jj in range(0, count):
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
-                                                     PHASE, True)
+                                                     PHASE, True, "")
                 if redo:
                     ex = ex_ptr + e * 3
                     t = tl.load(ex)
