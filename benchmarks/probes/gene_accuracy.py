@@ -10,6 +10,12 @@ reference's largest value, and how many of the time-parallel run's fix-ups conve
 found the cum_scores gradient of the two time-parallel runs 1.2e-3 apart; this says which is nearer.
 
     python benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy.json [--loci 0,1]
+
+``--tols 1.6e-5,1e-6``: instead, the time-parallel engine (repair helpers on) at each of these fix-up
+tolerances of the blocked log semiring (``plan.BLOCKED_LOG_TOL``), each timed warm (its second call).
+``--variants default,one_chunk,marg_log,marg_position``: instead, the blocked engine with one plan
+setting changed (:data:`VARIANTS`), to find which part of it the gradients' error comes from; each
+run also says where its largest cum_scores error lies (locus, position, label, chunk).
 """
 import argparse
 import json
@@ -37,6 +43,26 @@ def grads(g, idx, dtype, device, **options):
     return [x.double().cpu() for x in out], time.perf_counter() - t0
 
 
+#: plan settings of ``--variants``: name -> {plan attribute: value}
+VARIANTS = {
+    "default": {},
+    "one_chunk": {"CHUNK_OVERRIDE": 10**7},  # the blocked engine, one chunk a sequence: no fix-ups
+    "marg_log": {"BLOCKED_MARGINALS": "log"},  # every marginal tile term by term
+    "marg_position": {"BLOCKED_MARGINALS": "position"},  # the per-position marginal kernel
+    "linear_off": {"BLOCKED_LINEAR": False},  # every block sum term by term
+}
+
+
+def where_worst(got, ref, lengths, chunk):
+    """Where the cum_scores gradient's error is largest, and how many entries exceed 1e-3 of scale."""
+    err = (got - ref).abs() / ref.abs().max().clamp_min(1e-30)
+    b, t, c = (int(i) for i in torch.nonzero(err == err.max())[0])
+    return {"locus": b, "length": int(lengths[b]), "position": t, "label": c, "chunk": t // chunk,
+            "in_chunk": t % chunk, "got": float(got[b, t, c]), "ref": float(ref[b, t, c]),
+            "over_1e-3": int((err > 1e-3).sum()), "over_1e-4": int((err > 1e-4).sum()),
+            "worst_per_locus": [float(x) for x in err.flatten(1).max(1).values]}
+
+
 def errors(got, ref):
     names = ("log_Z", "grad_cum_scores", "grad_transition", "grad_duration_bias")
     res = {}
@@ -52,6 +78,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--loci", default="0", help="indices into the inputs' loci (0: the longest)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tols", default=None, help="comma-separated plan.BLOCKED_LOG_TOL values to compare")
+    ap.add_argument("--variants", default=None, help="comma-separated names of VARIANTS to compare")
     a = ap.parse_args()
     g = torch.load(a.inputs)
     idx = torch.tensor([int(i) for i in a.loci.split(",")])
@@ -59,15 +87,41 @@ def main():
     ref, sec = grads(g, idx, torch.float64, a.device, backend="torch")
     res["runs"]["float64 torch"] = {"seconds": sec}
     print("float64 reference", round(sec, 1), "s", flush=True)
-    runs = (("time-parallel, repair helpers", dict(), True), ("time-parallel, no repair helpers", dict(), False),
-            ("one program a sequence", dict(time_parallel=False), True))
-    for name, options, repair in runs:
+    runs = (("time-parallel, repair helpers", dict(), True, None),
+            ("time-parallel, no repair helpers", dict(), False, None),
+            ("one program a sequence", dict(time_parallel=False), True, None))
+    if a.tols:
+        runs = tuple((f"time-parallel, tol {t}", dict(), True, float(t)) for t in a.tols.split(","))
+        runs += (("one program a sequence", dict(time_parallel=False), True, None),)
+    if a.variants:
+        runs = tuple((v, dict(), True, None) for v in a.variants.split(","))
+    default_tol = plan_mod.BLOCKED_LOG_TOL
+    lengths = g["lengths"][idx]
+    T = int(lengths.max())
+    for name, options, repair, tol in runs:
         plan_mod.REPAIR_HELPERS = repair
+        plan_mod.BLOCKED_LOG_TOL = default_tol if tol is None else tol
+        saved = {k: getattr(plan_mod, k) for k in VARIANTS.get(name, {}) if a.variants}
+        for k, v in (VARIANTS[name] if a.variants else {}).items():
+            setattr(plan_mod, k, v)
         got, sec = grads(g, idx, torch.float32, a.device, **options)
+        if a.variants:
+            pl = plan_mod.make_plan(len(idx), T, g["K"], g["transition"].shape[-1], device=a.device, backward=True)
+            worst = where_worst(got[1], ref[1], lengths, pl.chunk)
+            worst.update(chunk_length=pl.chunk, n_chunks=pl.n_chunks, kind=pl.kind)
+            print("  worst", worst, flush=True)
+            for k, v in saved.items():
+                setattr(plan_mod, k, v)
+        if tol is not None:  # timed warm
+            got2, sec = grads(g, idx, torch.float32, a.device, **options)
+            assert all(torch.equal(x, y) for x, y in zip(got, got2)), "not deterministic"
         res["runs"][name] = {"seconds": sec, "errors": errors(got, ref)}
+        if a.variants:
+            res["runs"][name]["worst_cum_scores"] = worst
         print(name, round(sec, 2), "s", {k: f"{v:.2e}" for k, v in res["runs"][name]["errors"].items()}, flush=True)
         json.dump(res, open(a.out, "w"), indent=1)
     plan_mod.REPAIR_HELPERS = True
+    plan_mod.BLOCKED_LOG_TOL = default_tol
     json.dump(res, open(a.out, "w"), indent=1)
 
 

@@ -3,13 +3,35 @@
 #   PART=a  its float32 log Z and gradients against the float64 PyTorch path (probes/gene_accuracy.py:
 #           the time-parallel engine with and without repair helpers, and one program a sequence),
 #           on the 7 shorter of the 8 loci, then on the longest (118 kb);
-#   PART=b  the gene finder's training step with and without them (bench_gene_step.py "tiled%0,tiled").
+#   PART=b  the gene finder's training step with and without them (bench_gene_step.py "tiled%0,tiled");
+#   PART=tol the accuracy on the 7 shorter loci at fix-up tolerances $TOLS (default 1.6e-5,4e-6,1e-6);
+#   PART=var the same with one plan setting changed at a time ($VARIANTS, gene_accuracy.py VARIANTS);
+#   PART=ab the accuracy on the 7 shorter loci, then the training step with today's defaults only.
 #     PART=a bash benchmarks/probes/gene_check.sh      (carry .gpu and .whl; results under $OUT)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 source benchmarks/probes/gene_inputs.sh
-if [ "${PART:-a}" = a ]; then
+if [ "${PART:-a}" = tol ]; then
+  timeout 500 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_tols.json \
+      --loci 1,2,3,4,5,6,7 --tols ${TOLS:-1.6e-5,4e-6,1e-6} > $OUT/gene_accuracy_tols.log 2>&1
+  echo "tols rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  cat $OUT/phases.txt $OUT/gene_accuracy_tols.log
+elif [ "${PART:-a}" = var ]; then
+  timeout 500 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_variants.json \
+      --loci 1,2,3,4,5,6,7 --variants ${VARIANTS:-default,one_chunk,marg_log,marg_position,linear_off} \
+      > $OUT/gene_accuracy_variants.log 2>&1
+  echo "variants rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  cat $OUT/phases.txt $OUT/gene_accuracy_variants.log
+elif [ "${PART:-a}" = ab ]; then
+  timeout 300 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_short.json \
+      --loci 1,2,3,4,5,6,7 > $OUT/gene_accuracy_short.log 2>&1
+  echo "short rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  timeout $(( 585 - ($(date +%s) - t0) )) python3 benchmarks/bench_gene_step.py --data .gpu/gene_data \
+      --modes tiled --runs 3 --out $OUT/gene_step.json > $OUT/gene_step.log 2>&1
+  echo "step rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  cat $OUT/phases.txt $OUT/gene_accuracy_short.log; tail -12 $OUT/gene_step.log
+elif [ "${PART:-a}" = a ]; then
   timeout 280 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_short.json \
       --loci 1,2,3,4,5,6,7 > $OUT/gene_accuracy_short.log 2>&1
   echo "short rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
