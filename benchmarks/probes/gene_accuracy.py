@@ -16,6 +16,9 @@ tolerances of the blocked log semiring (``plan.BLOCKED_LOG_TOL``), each timed wa
 ``--variants default,one_chunk,marg_log,marg_position``: instead, the blocked engine with one plan
 setting changed (:data:`VARIANTS`), to find which part of it the gradients' error comes from; each
 run also says where its largest cum_scores error lies (locus, position, label, chunk).
+``--rounded-ref``: the float64 reference also on the inputs rounded to float32 (what the float32 runs
+see), so that the inputs' rounding and the engines' arithmetic are told apart; the float32 runs are
+then measured against that one.
 """
 import argparse
 import json
@@ -27,14 +30,17 @@ from torch_semimarkov import semi_crf_streaming_forward
 from torch_semimarkov.engines.triton import plan as plan_mod
 
 
-def grads(g, idx, dtype, device, **options):
-    """log Z and its gradients (cum_scores, transition, duration_bias) for the loci ``idx``."""
+def grads(g, idx, dtype, device, rounded=False, **options):
+    """log Z and its gradients (cum_scores, transition, duration_bias) for the loci ``idx``
+    (``rounded``: the inputs rounded to float32 first)."""
     lengths = g["lengths"][idx]
     T = int(lengths.max())
-    cum = g["cum_scores"][idx, :T + 1].to(device, dtype).requires_grad_()
-    tr = g["transition"].to(device, dtype).requires_grad_()
-    db = g["duration_bias"].to(device, dtype).requires_grad_()
-    kw = dict(proj_start=g["proj_start"][idx, :T].to(device, dtype), proj_end=g["proj_end"][idx, :T].to(device, dtype))
+
+    def arg(x, grad=True):
+        x = (x.float() if rounded else x).to(device, dtype)
+        return x.requires_grad_() if grad else x
+    cum, tr, db = arg(g["cum_scores"][idx, :T + 1]), arg(g["transition"]), arg(g["duration_bias"])
+    kw = dict(proj_start=arg(g["proj_start"][idx, :T], False), proj_end=arg(g["proj_end"][idx, :T], False))
     t0 = time.perf_counter()
     z = semi_crf_streaming_forward(cum, tr, db, lengths.to(device), g["K"], **kw, **options)
     out = (z.detach(),) + torch.autograd.grad(z.sum(), (cum, tr, db))
@@ -50,7 +56,10 @@ VARIANTS = {
     "marg_log": {"BLOCKED_MARGINALS": "log"},  # every marginal tile term by term
     "marg_position": {"BLOCKED_MARGINALS": "position"},  # the per-position marginal kernel
     "linear_off": {"BLOCKED_LINEAR": False},  # every block sum term by term
+    "old_engine": {},  # one program a sequence (time_parallel=False: the register-ring kernels)
 }
+#: call options of ``--variants``
+VARIANT_OPTIONS = {"old_engine": dict(time_parallel=False)}
 
 
 def where_worst(got, ref, lengths, chunk):
@@ -80,6 +89,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tols", default=None, help="comma-separated plan.BLOCKED_LOG_TOL values to compare")
     ap.add_argument("--variants", default=None, help="comma-separated names of VARIANTS to compare")
+    ap.add_argument("--rounded-ref", action="store_true", help="the reference on float32-rounded inputs too")
     a = ap.parse_args()
     g = torch.load(a.inputs)
     idx = torch.tensor([int(i) for i in a.loci.split(",")])
@@ -87,6 +97,12 @@ def main():
     ref, sec = grads(g, idx, torch.float64, a.device, backend="torch")
     res["runs"]["float64 torch"] = {"seconds": sec}
     print("float64 reference", round(sec, 1), "s", flush=True)
+    if a.rounded_ref:
+        ref32, sec = grads(g, idx, torch.float64, a.device, rounded=True, backend="torch")
+        res["runs"]["float64 torch, inputs rounded to float32"] = {"seconds": sec, "errors": errors(ref32, ref)}
+        print("float64 on rounded inputs against float64", res["runs"]["float64 torch, inputs rounded to float32"],
+              flush=True)
+        ref = ref32
     runs = (("time-parallel, repair helpers", dict(), True, None),
             ("time-parallel, no repair helpers", dict(), False, None),
             ("one program a sequence", dict(time_parallel=False), True, None))
@@ -94,7 +110,7 @@ def main():
         runs = tuple((f"time-parallel, tol {t}", dict(), True, float(t)) for t in a.tols.split(","))
         runs += (("one program a sequence", dict(time_parallel=False), True, None),)
     if a.variants:
-        runs = tuple((v, dict(), True, None) for v in a.variants.split(","))
+        runs = tuple((v, VARIANT_OPTIONS.get(v, {}), True, None) for v in a.variants.split(","))
     default_tol = plan_mod.BLOCKED_LOG_TOL
     lengths = g["lengths"][idx]
     T = int(lengths.max())
@@ -106,7 +122,8 @@ def main():
             setattr(plan_mod, k, v)
         got, sec = grads(g, idx, torch.float32, a.device, **options)
         if a.variants:
-            pl = plan_mod.make_plan(len(idx), T, g["K"], g["transition"].shape[-1], device=a.device, backward=True)
+            pl = plan_mod.make_plan(len(idx), T, g["K"], g["transition"].shape[-1], device=a.device, backward=True,
+                                    time_parallel=options.get("time_parallel"))
             worst = where_worst(got[1], ref[1], lengths, pl.chunk)
             worst.update(chunk_length=pl.chunk, n_chunks=pl.n_chunks, kind=pl.kind)
             print("  worst", worst, flush=True)

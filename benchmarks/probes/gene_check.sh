@@ -5,7 +5,8 @@
 #           on the 7 shorter of the 8 loci, then on the longest (118 kb);
 #   PART=b  the gene finder's training step with and without them (bench_gene_step.py "tiled%0,tiled");
 #   PART=tol the accuracy on the 7 shorter loci at fix-up tolerances $TOLS (default 1.6e-5,4e-6,1e-6);
-#   PART=var the same with one plan setting changed at a time ($VARIANTS, gene_accuracy.py VARIANTS);
+#   PART=var the same with one plan setting changed at a time ($VARIANTS, gene_accuracy.py VARIANTS;
+#           $EXTRA more options, e.g. --rounded-ref);
 #   PART=ab the accuracy on the 7 shorter loci, then the training step with today's defaults only.
 #     PART=a bash benchmarks/probes/gene_check.sh      (carry .gpu and .whl; results under $OUT)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
@@ -19,7 +20,7 @@ if [ "${PART:-a}" = tol ]; then
   cat $OUT/phases.txt $OUT/gene_accuracy_tols.log
 elif [ "${PART:-a}" = var ]; then
   timeout 500 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_variants.json \
-      --loci 1,2,3,4,5,6,7 --variants ${VARIANTS:-default,one_chunk,marg_log,marg_position,linear_off} \
+      --loci 1,2,3,4,5,6,7 --variants ${VARIANTS:-default,one_chunk,marg_log,marg_position,linear_off} $EXTRA \
       > $OUT/gene_accuracy_variants.log 2>&1
   echo "variants rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
   cat $OUT/phases.txt $OUT/gene_accuracy_variants.log
