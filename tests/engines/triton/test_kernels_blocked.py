@@ -72,6 +72,22 @@ def test_blocked_backward_matches_sequential_kernels(case, blocked):
     _assert_grads_close(got, want)
 
 
+@pytest.mark.parametrize("spacing", [2, 5])
+def test_finer_anchors_keep_the_marginals(spacing, monkeypatch):
+    """Anchors between the chunk boundaries (``plan.ANCHOR_SPACING``: chunks of 8 -> anchors every
+    2 or 4 positions) normalise the marginals as well: they still match the sequential kernels."""
+    _small_blocked(monkeypatch, chunk=8)
+    monkeypatch.setattr(plan_mod, "ANCHOR_SPACING", spacing)
+    case = next(c for c in CC_CASES if c[1] >= 2 * 8)
+    v = validated(inputs(case, seed=4))
+    p = _plan(v, "log", backward=True)
+    assert plan_mod.anchor_spacing(p, v.cum_scores.shape[1] - 1) == {2: 2, 5: 4}[spacing]
+    z, got = _forward_backward(v, p)
+    z2, want = _forward_backward(v, None)
+    assert_close(cpu(z), cpu(z2), atol=1e-5, rtol=1e-6)
+    _assert_grads_close(got, want)
+
+
 def _forward_backward(v, plan):
     """log Z and the backward's outputs under ``plan`` (None: the sequential register-ring kernels,
     the blocked engine switched off for the call)."""

@@ -164,3 +164,21 @@ def test_the_fixups_take_the_plans_tolerance(monkeypatch):
                                        plan=p, state=state)
             assert seen and all(tol == plan_mod.fixup_tol(p, sr) for _, tol in seen), seen
             assert {name for name, _ in seen} >= ({"_blk_chunks_kernel"} if blocked else {"_reg_chunks_kernel"})
+
+
+def test_anchor_spacing_keeps_chunk_boundaries_anchors(monkeypatch):
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    p = make_plan(4, 100_000, 960, 47)
+    assert p.time_parallel and plan_mod.anchor_spacing(p, 100_000) == p.chunk
+    seq = make_plan(4, 100_000, 960, 47, time_parallel=False)
+    assert plan_mod.anchor_spacing(seq, 100_000) == plan_mod.ANCHOR_EVERY
+    assert plan_mod.anchor_spacing(seq, 100) == 100
+    monkeypatch.setattr(plan_mod, "ANCHOR_SPACING", 2048)
+    a = plan_mod.anchor_spacing(p, 100_000)
+    assert a <= 2048 and p.chunk % a == 0
+    # the largest such divisor of the chunk length
+    assert not any(p.chunk % d == 0 for d in range(a + 1, 2049))
+    monkeypatch.setattr(plan_mod, "ANCHOR_SPACING", 0)
+    with pytest.raises(ValueError, match="ANCHOR_SPACING"):
+        plan_mod.anchor_spacing(p, 100_000)

@@ -18,15 +18,11 @@ import torch
 from torch_semimarkov.engines.torch.reference import feasible, public_score, zero_rows
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
 from torch_semimarkov.engines.triton.parallel import beta_chunked, forward_chunked, traceback_chunked
-from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_splits, checkpoint_sizes,
-                                                  make_plan, marginal_chunks, position_chunks, seg_label_groups,
-                                                  walk_blocks)
+from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
+                                                  checkpoint_sizes, make_plan, marginal_chunks, position_chunks,
+                                                  seg_label_groups, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
-
-#: Spacing of the log-Z anchors that normalise the marginals of the sequential engine (the
-#: time-parallel engine anchors at its chunk boundaries).
-ANCHOR_EVERY = 2048
 
 #: Probes set this to count the blocked marginal kernel's tiles (linear, log space, skipped) per
 #: (sequence, chunk) into ``LAST_MARG_STATS``.
@@ -357,7 +353,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     # log Z from the stored rows every A positions (exact there): each marginal is normalised by the
     # value interpolated between its two anchors, so only the drift over A positions of the float32
     # recurrences (and of the time-parallel engine's offsets) remains
-    A = plan.chunk if plan.time_parallel else min(max(T, 1), ANCHOR_EVERY)
+    A = anchor_spacing(plan, T)
     # the blocked engine (large K): the anchors, P_start and the duration marginals as (start,
     # duration, label) tiles (``_blk_seg_kernel``), then the per-position kernel for the rest
     tiled = plan.kind == "mem" and plan.time_parallel and masks is None and plan.marg != "position" and not dur_tr

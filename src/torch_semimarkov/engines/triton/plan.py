@@ -39,6 +39,15 @@ K_BLOCK_OVERRIDE = None
 #: Tests set this to force a chunk length (time-parallel engine) at small sizes.
 CHUNK_OVERRIDE: Optional[int] = None
 
+#: Spacing of the log-Z anchors that normalise the marginals of the sequential engine.
+ANCHOR_EVERY = 2048
+
+#: The time-parallel engine's anchors: None (default) at its chunk boundaries; an int, at most that
+#: many positions apart on a divisor of the chunk length, so that every chunk boundary stays an
+#: anchor (probes: whether finer anchors bring the blocked engine's marginals nearer float64,
+#: GPU_NOTES 92; each anchor of the blocked engine costs O(K²·C)).
+ANCHOR_SPACING: Optional[int] = None
+
 #: Tests set this to run the blocked memory-ring engine (``blocked.py``) at small sizes.
 FORCE_BLOCKED = False
 
@@ -406,6 +415,21 @@ def linear_helpers(helpers: int, K: int, tiles: int) -> int:
     if HELPERS_OVERRIDE is not None or helpers <= 1:
         return helpers
     return min(helpers, max(1, -(-tiles * K // LINEAR_HELPER_ROWS)))
+
+
+def anchor_spacing(plan: "KernelPlan", T: int) -> int:
+    """Positions between the backward's log-Z anchors (``launch.launch_backward``): the chunk length
+    of the time-parallel engine (its chunk boundaries, where the fix-ups' offsets change), or its
+    largest divisor of at most :data:`ANCHOR_SPACING` where that is set; :data:`ANCHOR_EVERY`
+    (at most T) for one program per sequence."""
+    if not plan.time_parallel:
+        return min(max(T, 1), ANCHOR_EVERY)
+    W = plan.chunk
+    if ANCHOR_SPACING is not None and ANCHOR_SPACING < 1:
+        raise ValueError(f"plan.ANCHOR_SPACING must be a positive number of positions, got {ANCHOR_SPACING}")
+    if ANCHOR_SPACING is None or W <= ANCHOR_SPACING:
+        return W
+    return next(W // m for m in range(2, W + 1) if W % m == 0 and W // m <= ANCHOR_SPACING)
 
 
 def fixup_tol(plan: "KernelPlan", semiring: str) -> float:
