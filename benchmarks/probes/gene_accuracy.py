@@ -58,6 +58,7 @@ VARIANTS = {
     "linear_off": {"BLOCKED_LINEAR": False},  # every block sum term by term
     "anchors_2048": {"ANCHOR_SPACING": 2048},  # log-Z anchors every <= 2048 positions, not every chunk
     "anchors_1024": {"ANCHOR_SPACING": 1024},
+    "anchors_512": {"ANCHOR_SPACING": 512},
     "old_engine": {},  # one program a sequence (time_parallel=False: the register-ring kernels)
 }
 #: call options of ``--variants``
