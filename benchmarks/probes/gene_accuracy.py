@@ -106,43 +106,39 @@ def main():
         print("float64 on rounded inputs against float64", res["runs"]["float64 torch, inputs rounded to float32"],
               flush=True)
         ref = ref32
-    runs = (("time-parallel, repair helpers", dict(), True, None),
-            ("time-parallel, no repair helpers", dict(), False, None),
-            ("one program a sequence", dict(time_parallel=False), True, None))
+    # each run: (name, plan settings for the call, call options)
+    runs = (("time-parallel, repair helpers", {}, {}),
+            ("time-parallel, no repair helpers", {"REPAIR_HELPERS": False}, {}),
+            ("one program a sequence", {}, dict(time_parallel=False)))
     if a.tols:
-        runs = tuple((f"time-parallel, tol {t}", dict(), True, float(t)) for t in a.tols.split(","))
-        runs += (("one program a sequence", dict(time_parallel=False), True, None),)
+        runs = tuple((f"time-parallel, tol {t}", {"BLOCKED_LOG_TOL": float(t)}, {}) for t in a.tols.split(","))
+        runs += (("one program a sequence", {}, dict(time_parallel=False)),)
     if a.variants:
-        runs = tuple((v, VARIANT_OPTIONS.get(v, {}), True, None) for v in a.variants.split(","))
-    default_tol = plan_mod.BLOCKED_LOG_TOL
+        runs = tuple((v, VARIANTS[v], VARIANT_OPTIONS.get(v, {})) for v in a.variants.split(","))
     lengths = g["lengths"][idx]
     T = int(lengths.max())
-    for name, options, repair, tol in runs:
-        plan_mod.REPAIR_HELPERS = repair
-        plan_mod.BLOCKED_LOG_TOL = default_tol if tol is None else tol
-        saved = {k: getattr(plan_mod, k) for k in VARIANTS.get(name, {}) if a.variants}
-        for k, v in (VARIANTS[name] if a.variants else {}).items():
+    for name, settings, options in runs:
+        saved = {k: getattr(plan_mod, k) for k in settings}
+        for k, v in settings.items():
             setattr(plan_mod, k, v)
-        got, sec = grads(g, idx, torch.float32, a.device, **options)
-        if a.variants:
-            pl = plan_mod.make_plan(len(idx), T, g["K"], g["transition"].shape[-1], device=a.device, backward=True,
-                                    time_parallel=options.get("time_parallel"))
-            worst = where_worst(got[1], ref[1], lengths, pl.chunk)
-            worst.update(chunk_length=pl.chunk, n_chunks=pl.n_chunks, kind=pl.kind)
-            print("  worst", worst, flush=True)
+        try:
+            got, sec = grads(g, idx, torch.float32, a.device, **options)
+            if "BLOCKED_LOG_TOL" in settings:  # timed warm
+                got2, sec = grads(g, idx, torch.float32, a.device, **options)
+                assert all(torch.equal(x, y) for x, y in zip(got, got2)), "not deterministic"
+            res["runs"][name] = {"seconds": sec, "errors": errors(got, ref)}
+            if a.variants:
+                pl = plan_mod.make_plan(len(idx), T, g["K"], g["transition"].shape[-1], device=a.device,
+                                        backward=True, time_parallel=options.get("time_parallel"))
+                worst = where_worst(got[1], ref[1], lengths, pl.chunk)
+                worst.update(chunk_length=pl.chunk, n_chunks=pl.n_chunks, kind=pl.kind)
+                print("  worst", worst, flush=True)
+                res["runs"][name]["worst_cum_scores"] = worst
+        finally:
             for k, v in saved.items():
                 setattr(plan_mod, k, v)
-        if tol is not None:  # timed warm
-            got2, sec = grads(g, idx, torch.float32, a.device, **options)
-            assert all(torch.equal(x, y) for x, y in zip(got, got2)), "not deterministic"
-        res["runs"][name] = {"seconds": sec, "errors": errors(got, ref)}
-        if a.variants:
-            res["runs"][name]["worst_cum_scores"] = worst
         print(name, round(sec, 2), "s", {k: f"{v:.2e}" for k, v in res["runs"][name]["errors"].items()}, flush=True)
         json.dump(res, open(a.out, "w"), indent=1)
-    plan_mod.REPAIR_HELPERS = True
-    plan_mod.BLOCKED_LOG_TOL = default_tol
-    json.dump(res, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -13,36 +13,35 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 source benchmarks/probes/gene_inputs.sh
+# accuracy NAME LIMIT ARGS...: gene_accuracy.py into $OUT/gene_accuracy_NAME.{json,log}, at most LIMIT s
+accuracy() {
+  local name=$1 limit=$2; shift 2
+  timeout $limit python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_$name.json \
+      "$@" > $OUT/gene_accuracy_$name.log 2>&1
+  echo "$name rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+}
+# step UNTIL MODES: the training step (bench_gene_step.py) until UNTIL s after the start
+step() {
+  timeout $(( $1 - ($(date +%s) - t0) )) python3 benchmarks/bench_gene_step.py --data .gpu/gene_data \
+      --modes "$2" --runs 3 --out $OUT/gene_step.json > $OUT/gene_step.log 2>&1
+  echo "step rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+}
+SHORT="--loci 1,2,3,4,5,6,7"
 if [ "${PART:-a}" = tol ]; then
-  timeout 500 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_tols.json \
-      --loci 1,2,3,4,5,6,7 --tols ${TOLS:-1.6e-5,4e-6,1e-6} > $OUT/gene_accuracy_tols.log 2>&1
-  echo "tols rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  accuracy tols 500 $SHORT --tols ${TOLS:-1.6e-5,4e-6,1e-6}
   cat $OUT/phases.txt $OUT/gene_accuracy_tols.log
 elif [ "${PART:-a}" = var ]; then
-  timeout 500 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_variants.json \
-      --loci 1,2,3,4,5,6,7 --variants ${VARIANTS:-default,one_chunk,marg_log,marg_position,linear_off} $EXTRA \
-      > $OUT/gene_accuracy_variants.log 2>&1
-  echo "variants rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  accuracy variants 500 $SHORT --variants ${VARIANTS:-default,one_chunk,marg_log,marg_position,linear_off} $EXTRA
   cat $OUT/phases.txt $OUT/gene_accuracy_variants.log
 elif [ "${PART:-a}" = ab ]; then
-  timeout 300 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_short.json \
-      --loci 1,2,3,4,5,6,7 > $OUT/gene_accuracy_short.log 2>&1
-  echo "short rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
-  timeout $(( 585 - ($(date +%s) - t0) )) python3 benchmarks/bench_gene_step.py --data .gpu/gene_data \
-      --modes tiled --runs 3 --out $OUT/gene_step.json > $OUT/gene_step.log 2>&1
-  echo "step rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  accuracy short 300 $SHORT
+  step 585 tiled
   cat $OUT/phases.txt $OUT/gene_accuracy_short.log; tail -12 $OUT/gene_step.log
 elif [ "${PART:-a}" = a ]; then
-  timeout 280 python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt $OUT/gene_accuracy_short.json \
-      --loci 1,2,3,4,5,6,7 > $OUT/gene_accuracy_short.log 2>&1
-  echo "short rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
-  timeout $(( 580 - ($(date +%s) - t0) )) python3 benchmarks/probes/gene_accuracy.py /tmp/gene_inputs.pt \
-      $OUT/gene_accuracy_long.json --loci 0 > $OUT/gene_accuracy_long.log 2>&1
-  echo "long rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  accuracy short 280 $SHORT
+  accuracy long $(( 580 - ($(date +%s) - t0) )) --loci 0
   cat $OUT/phases.txt $OUT/gene_accuracy_short.log $OUT/gene_accuracy_long.log
 else
-  timeout $(( 580 - ($(date +%s) - t0) )) python3 benchmarks/bench_gene_step.py --data .gpu/gene_data \
-      --modes "tiled%0,tiled" --runs 3 --out $OUT/gene_step.json > $OUT/gene_step.log 2>&1
-  echo "step rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  step 580 "tiled%0,tiled"
   cat $OUT/phases.txt; tail -12 $OUT/gene_step.log
 fi

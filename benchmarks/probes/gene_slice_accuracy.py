@@ -22,6 +22,7 @@ import torch
 
 from torch_semimarkov import semi_crf_streaming_forward
 from torch_semimarkov.core.validation import validate_streaming_inputs
+from torch_semimarkov.engines.interface import scale_grads
 from torch_semimarkov.engines.triton import launch
 from torch_semimarkov.engines.triton import plan as plan_mod
 
@@ -62,9 +63,9 @@ def main():
                                      v.proj_start, v.proj_end, plan=plan)
     p_s, p_e, _, _ = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,
                                             v.proj_start, v.proj_end, plan=plan, state=state)
-    got = torch.zeros_like(g_ref)
-    got[:, 1:] += p_e.double()
-    got[:, :-1] -= p_s.double()
+    # the engine's own turn of the marginals into the cum_scores gradient
+    got = scale_grads(g_ref, (True, False, False, False, False), torch.ones(1, dtype=torch.float64),
+                      p_s.double(), p_e.double(), None, None)[0]
     err = (got - g_ref).abs() / g_ref.abs().max()
     worst = [int(i) for i in torch.nonzero(err == err.max())[0]]
     res = {"locus": g["names"][a.locus], "slice": [s0, L], "engine": a.engine, "kind": plan.kind,
