@@ -620,7 +620,14 @@ if HAS_TRITON:
             if IS_MAX:
                 Pk = tl.load(sk_b + oi[:, None] * C_PAD + oc[None, :], mask=m2, other=0)
             s_ref = tl.load(cum_b + q0 * C + oc, mask=mc, other=0.0)
+            # the new rows, each in its own position's frame (fn): a position's sum is formed in the
+            # frame of the position before it (F), as the one-program-a-sequence kernels form it,
+            # not in the block's H, which may lie thousands of nats from the values that matter
+            # (a gene model's coding labels set some positions' frames far above the others')
             vn = tl.full([BT, C_PAD], MASK, tl.float32)
+            fn = tl.zeros([BT], dtype=tl.float64) + H
+            sn = tl.zeros([BT, C_PAD], dtype=tl.float32)  # each new row's S
+            fmin = F + 0.0
             i = 1
             while (i <= nb) & (conv == 0):
                 if REVERSE:
@@ -638,8 +645,18 @@ if HAS_TRITON:
                         mn = mn & ((q0 - oi)[:, None] <= lq[None, :])
                     else:
                         mn = mn & ((q0 + oi)[:, None] >= lq[None, :])
-                xn = tl.where(mn, vn + dn.to(tl.float32), 2 * MASK)
+                s_q = tl.load(cum_b + q * C + oc, mask=mc, other=0.0)
+                # the segment sums S_q - S_j formed first (small), then the frames' offset
+                if REVERSE:
+                    seg = sn - s_q[None, :]
+                    seg0 = s_ref - s_q
+                else:
+                    seg = s_q[None, :] - sn
+                    seg0 = s_q - s_ref
+                xn = tl.where(mn, (vn + dn.to(tl.float32)) + ((fn - F).to(tl.float32)[:, None] + seg), 2 * MASK)
                 pi = tl.max(tl.where(oi[:, None] == i - 1, P, -3e38), 0)
+                # the old rows' part from the block's frame H and S_{q0} to F and S_q
+                pi = tl.where(pi > MASK, pi + ((H - F).to(tl.float32) + seg0), pi)
                 nm = tl.max(xn, 0)
                 if IS_MAX:
                     nk = tl.min(tl.where(xn == nm[None, :], kk[:, None], 2147483647), 0)
@@ -653,9 +670,8 @@ if HAS_TRITON:
                     hi_ = tl.maximum(pi, nm)
                     tot = tl.exp(pi - hi_) + ns * tl.exp(nm - hi_)
                     z = hi_ + log_(tl.where(tot > 0, tot, 1.0))
-                s_q = tl.load(cum_b + q * C + oc, mask=mc, other=0.0)
                 if REVERSE:
-                    v = z - (s_q - s_ref)
+                    v = z
                     if HAS_PS:
                         v += tl.load(ps_b + q * C + oc, mask=mc, other=0.0).to(tl.float32)
                     if HAS_MASK:
@@ -665,23 +681,22 @@ if HAS_TRITON:
                     mx = tl.max(x, 1)
                     sv = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
                 else:
-                    sv = z + (s_q - s_ref)
+                    sv = z
                     if HAS_PE:
                         sv += tl.load(pe_b + (q - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
                 sv = tl.where(mc, sv, MASK)
                 m = possible_shift(tl.max(sv, 0))
                 st = tl.where(mc, tl.maximum(sv - m, MASK), MASK)
-                F = H + m.to(tl.float64)
+                F = F + m.to(tl.float64)
+                fmin = tl.minimum(fmin, F)
                 if IS_MAX:
                     tl.store(bk_b + q * C + oc, kbest, mask=mc)
                 steps += 1
                 if q != stop:
                     row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)
-                    if REVERSE:
-                        vrow = row + m + (s_q - s_ref)
-                    else:
-                        vrow = row + m - (s_q - s_ref)
-                    vn = tl.where(oi[:, None] == i, vrow[None, :], vn)
+                    vn = tl.where(oi[:, None] == i, row[None, :], vn)
+                    fn = tl.where(oi == i, F, fn)
+                    sn = tl.where(oi[:, None] == i, s_q[None, :], sn)
                     if COMPARE:
                         q32 = tl.cast(q, tl.int32)
                         if REVERSE:
@@ -707,7 +722,13 @@ if HAS_TRITON:
                 q0 = q0 - nb
             else:
                 q0 = q0 + nb
-            H = F
+            # the next block's frame: the least of this block's frames, not its last one, which a
+            # label far above the others at that one position (a gene model's coding label where
+            # a coding segment may end) can set far above the values the next block sums
+            if IS_MAX:
+                H = F
+            else:
+                H = fmin
         if HELP > 0:
             if not INLINE:
                 tl.debug_barrier()
