@@ -5,6 +5,7 @@ a running maximum and its duration per (position, label), so it may afford large
 
     python benchmarks/probes/viterbi_tiles.py     # $OUT/viterbi_tiles.json
     TILES=16x32x16,16x32x32 python benchmarks/probes/viterbi_tiles.py   # only these tiles
+    GENE=/tmp/gene_inputs.pt ...   # also the gene model of probes/make_gene_inputs.py (its 8 loci)
 """
 import json
 import os
@@ -25,23 +26,34 @@ TILES = [((16, 32, 16), 8), ((32, 32, 16), 8), ((32, 64, 16), 8), ((16, 64, 16),
 if os.environ.get("TILES"):  # e.g. TILES=16x32x16,16x32x32:4 (BTxRBxCB[:warps], 8 warps unless said)
     TILES = [(tuple(int(x) for x in t.split(":")[0].split("x")), int(t.split(":")[1]) if ":" in t else 8)
              for t in os.environ["TILES"].split(",")]
+CASES = []
 for B, T, K, C in [(4, 100000, 960, 47), (16, 20000, 960, 47), (32, 3000, 960, 47)]:
     cum, tr, db, lengths = make_inputs(B, T, K, C)
+    CASES.append(([B, T, K, C], (cum, tr, db, lengths, K), {}))
+if os.environ.get("GENE"):
+    g = torch.load(os.environ["GENE"])
+    CASES.append(("gene", (g["cum_scores"].cuda(), g["transition"].cuda(), g["duration_bias"].cuda(),
+                           g["lengths"].cuda(), g["K"]),
+                  {"proj_start": g["proj_start"].cuda(), "proj_end": g["proj_end"].cuda()}))
+for shape, args, kw in CASES:
     ref = None
     for tile, warps in TILES:
         plan_mod.BLOCK_OVERRIDE = tile
         plan_mod.BLOCKED_WARPS = warps
         try:
-            r = semi_crf_streaming_viterbi(cum, tr, db, lengths, K)
-            same = None
+            r = semi_crf_streaming_viterbi(*args, **kw)
+            same = score_diff = labels_equal = None
             if ref is None:
                 ref = r
             else:
                 same = bool(torch.equal(r.scores, ref.scores)) and bool(torch.equal(r.labels, ref.labels))
-            ms = median_ms(lambda: semi_crf_streaming_viterbi(cum, tr, db, lengths, K), min_runs=3, budget_s=1.0)
+                score_diff = float((r.scores.double() - ref.scores.double()).abs().max())
+                labels_equal = float((r.labels == ref.labels).double().mean())
+            ms = median_ms(lambda: semi_crf_streaming_viterbi(*args, **kw), min_runs=3, budget_s=1.0)
         except Exception as e:  # a tile that does not compile
-            ms, same = repr(e)[:160], None
-        row = {"shape": [B, T, K, C], "tile": tile, "warps": warps, "viterbi_ms": ms, "equal_to_default": same}
+            ms, same, score_diff, labels_equal = repr(e)[:160], None, None, None
+        row = {"shape": shape, "tile": tile, "warps": warps, "viterbi_ms": ms, "equal_to_default": same,
+               "score_diff": score_diff, "labels_equal": labels_equal}
         print(row, flush=True)
         res.append(row)
         json.dump(res, open(out, "w"), indent=1)

@@ -182,3 +182,18 @@ def test_anchor_spacing_keeps_chunk_boundaries_anchors(monkeypatch):
     monkeypatch.setattr(plan_mod, "ANCHOR_SPACING", 0)
     with pytest.raises(ValueError, match="ANCHOR_SPACING"):
         plan_mod.anchor_spacing(p, 100_000)
+
+
+def test_viterbi_over_chunks_takes_longer_blocks(monkeypatch):
+    """The blocked engine's Viterbi takes blocks of 32 positions where a sequence runs in several
+    chunks (H200: (4, 10^5, 960, 47) 40.4 -> 33.8 ms, the same bits) and 16 with one chunk a
+    sequence or in the log semiring; an explicit BLOCK_OVERRIDE wins."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    chunked = make_plan(4, 100_000, 960, 47, semiring="max")
+    assert chunked.kind == "mem" and chunked.n_chunks > 1 and chunked.bt == 32
+    one = make_plan(32, 3000, 960, 47, semiring="max")
+    assert one.kind == "mem" and one.n_chunks == 1 and one.bt == 16
+    assert make_plan(4, 100_000, 960, 47, semiring="log").bt == 16
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    assert make_plan(4, 100_000, 960, 47, semiring="max").bt == 4

@@ -520,8 +520,14 @@ def make_plan(
                 W, n = W_split, -(-T // W_split)
         # the term-by-term block sums' tile: 32 labels wide in the log semiring (gene grammars and
         # masks: the gene finder's step 4% faster, outputs bitwise equal), 16 in the max semiring
-        # (Viterbi: 32 was 14% slower); H200, GPU_NOTES 52
-        bt, rb, cb = BLOCK_OVERRIDE or (16, 32, min(32 if semiring == "log" else 16, c_pad))
+        # (Viterbi: 32 was 14% slower); H200, GPU_NOTES 52. Viterbi over several chunks takes blocks
+        # of 32 positions (each old row loaded once for twice as many positions: (4, 10^5, 960, 47)
+        # 40.4 -> 33.8 ms, (16, 20000) 36.0 -> 29.5, the gene model 930 -> 852; random models' outputs
+        # bitwise those of 16 since phase B sums in the previous position's frame); one chunk a
+        # sequence keeps 16 ((32, 3000): 14.6 -> 15.7 ms with 32; its phase B is the critical path);
+        # GPU_NOTES 94
+        bt = 32 if semiring == "max" and n > 1 else 16
+        bt, rb, cb = BLOCK_OVERRIDE or (bt, 32, min(32 if semiring == "log" else 16, c_pad))
         # beside only where a backward follows (a plain forward would count beta's runs and give
         # its own runs fewer helpers: (1, 10^5, 4000, 47) took 2 helpers and 132 ms, not 3 and
         # 72; GPU_NOTES 80)
