@@ -1,6 +1,7 @@
-"""Shared by the GPU A/B probes (``blocked_tile_ab.py``, ``beta_early_ab.py``): a random model at a
-genomics shape, and interleaved timings of the public log Z (forward, forward+backward) under
-several settings with their outputs kept for a bitwise comparison."""
+"""Shared by the GPU A/B probes (``blocked_tile_ab.py``, ``beta_early_ab.py``, ``repair_helpers_ab.py``, the
+tile probes): a random model at a genomics shape, the gene model of ``make_gene_inputs.py`` on the GPU,
+and interleaved timings of the public log Z (forward, forward+backward) under several settings with
+their outputs kept for a bitwise comparison."""
 
 import statistics
 import time
@@ -18,6 +19,16 @@ def random_model(B, T, K, C, seed=0):
     tr = (torch.randn(C, C, device="cuda", generator=g) * 0.3).requires_grad_()
     db = (torch.randn(K, C, device="cuda", generator=g) * 0.3).requires_grad_()
     return cum, tr, db, torch.full((B,), T, device="cuda")
+
+
+def gene_model(path):
+    """The gene model of ``probes/make_gene_inputs.py`` (file ``path``) on the GPU:
+    ``((cum_scores, transition, duration_bias, lengths), {proj_start, proj_end}, K)``, the first three
+    leaves."""
+    g = torch.load(path)
+    leaves = [g[k].cuda().requires_grad_() for k in ("cum_scores", "transition", "duration_bias")]
+    return ((*leaves, g["lengths"].cuda()), dict(proj_start=g["proj_start"].cuda(), proj_end=g["proj_end"].cuda()),
+            g["K"])
 
 
 def interleaved(settings, model, K, runs, detached_forward=True, viterbi=False):

@@ -13,6 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ab_common import gene_model  # noqa: E402
 from bench_parallel import make_inputs, median_ms  # noqa: E402
 
 from torch_semimarkov import semi_crf_streaming_forward  # noqa: E402
@@ -43,11 +44,11 @@ for B, T, K, C in [(4, 100000, 960, 47), (16, 20000, 960, 47), (32, 3000, 960, 4
     cum, tr, db, lengths = make_inputs(B, T, K, C)
     cases.append(([B, T, K, C], "LINEAR_TILE", tiles("LINEAR_TILES", "32x64x16,64x64x16,64x32x16"), (cum, tr, db, lengths, K), {}))
 if os.environ.get("GENE"):
-    g = torch.load(os.environ["GENE"])
+    model, kw, K = gene_model(os.environ["GENE"])
     cases.append(("gene", "BLOCK_OVERRIDE", tiles("TERM_TILES", "16x32x32,32x32x32"),
-                  (g["cum_scores"].cuda(), g["transition"].cuda(), g["duration_bias"].cuda(), g["lengths"].cuda(),
-                   g["K"]), {"proj_start": g["proj_start"].cuda(), "proj_end": g["proj_end"].cuda()}))
+                  (*(x.detach() for x in model), K), kw))
 for shape, setting, ts, args, kw in cases:
+    default = getattr(plan_mod, setting)
     ref = None
     for t in ts:
         setattr(plan_mod, setting, t)
@@ -65,4 +66,4 @@ for shape, setting, ts, args, kw in cases:
         print(row, flush=True)
         res.append(row)
         json.dump(res, open(out, "w"), indent=1)
-    setattr(plan_mod, setting, None if setting == "BLOCK_OVERRIDE" else (32, 64, 16))
+    setattr(plan_mod, setting, default)

@@ -1,7 +1,7 @@
 """CPU probe (Triton's interpreter): where along a gene-model slice the float32 forward drifts from
 float64, per engine.
 
-The slice of ``gene_slice_accuracy.py`` (the last ``N`` bases of one locus, cum_scores re-zeroed at
+The slice of ``gene_slice_accuracy.py`` (``slice_inputs``: the last ``N`` bases of one locus, cum_scores re-zeroed at
 its start). For every prefix length t (a multiple of ``--step``) the float64 PyTorch path gives the
 prefix's log Z (``lengths = t``); each float32 engine gives it from its stored rows as
 ``F_t + LSE_c alpha_hat_t(c)`` in one forward. The error of the prefix log Z against t shows where
@@ -17,30 +17,16 @@ import time
 
 import torch
 
+from gene_slice_accuracy import engine_plan, slice_inputs
+
 from torch_semimarkov import semi_crf_streaming_forward
-from torch_semimarkov.core.validation import validate_streaming_inputs
 from torch_semimarkov.engines.triton import launch
 from torch_semimarkov.engines.triton import plan as plan_mod
 
 
-def slice_inputs(g, locus, n):
-    """The last ``n`` bases of locus ``locus`` of ``make_gene_inputs.py``'s inputs (cum_scores re-zeroed)."""
-    L = int(g["lengths"][locus])
-    s0 = L - n
-    cum = (g["cum_scores"][locus, s0:L + 1] - g["cum_scores"][locus, s0])[None]
-    ps, pe = g["proj_start"][locus, s0:L][None], g["proj_end"][locus, s0:L][None]
-    return cum, ps, pe, s0, L
-
-
 def prefix_logz(engine, cum, tr, db, ps, pe, K):
     """Every prefix's log Z (T+1,) float64 from one float32 forward of ``engine``."""
-    n = cum.shape[1] - 1
-    plan_mod.FORCE_BLOCKED = engine == "blocked"
-    plan_mod.DEFAULT_SMS = 1
-    v = validate_streaming_inputs(cum_scores=cum, transition=tr, duration_bias=db, lengths=torch.tensor([n]), K=K,
-                                  semiring="log", proj_start=ps, proj_end=pe)
-    plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True,
-                           time_parallel=None if engine == "blocked" else False)
+    v, plan = engine_plan(engine, cum, tr, db, ps, pe, K)
     z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
                                      v.proj_start, v.proj_end, plan=plan, save="all")
     saved, frames = state

@@ -27,6 +27,29 @@ from torch_semimarkov.engines.triton import launch
 from torch_semimarkov.engines.triton import plan as plan_mod
 
 
+def slice_inputs(g, locus, n):
+    """The last ``n`` bases of locus ``locus`` of ``make_gene_inputs.py``'s inputs, cum_scores re-zeroed at
+    the slice's start: ``(cum (1, n+1, C), proj_start (1, n, C), proj_end (1, n, C), s0, L)``."""
+    L = int(g["lengths"][locus])
+    s0 = L - n
+    cum = (g["cum_scores"][locus, s0:L + 1] - g["cum_scores"][locus, s0])[None]
+    ps, pe = g["proj_start"][locus, s0:L][None], g["proj_end"][locus, s0:L][None]
+    return cum, ps, pe, s0, L
+
+
+def engine_plan(engine, cum, tr, db, ps, pe, K):
+    """The validated inputs and the log-semiring plan of ``engine``: "blocked" forces the blocked memory-ring
+    engine with one chunk (``DEFAULT_SMS = 1``), "sequential" one program a sequence."""
+    plan_mod.FORCE_BLOCKED = engine == "blocked"
+    plan_mod.DEFAULT_SMS = 1
+    v = validate_streaming_inputs(cum_scores=cum, transition=tr, duration_bias=db,
+                                  lengths=torch.tensor([cum.shape[1] - 1]), K=K, semiring="log", proj_start=ps,
+                                  proj_end=pe)
+    plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True,
+                           time_parallel=None if engine == "blocked" else False)
+    return v, plan
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs")
@@ -37,10 +60,8 @@ def main():
     ap.add_argument("--out", default=None, help="a JSON file for the result")
     a = ap.parse_args()
     g = torch.load(a.inputs)
-    L, K, n = int(g["lengths"][a.locus]), g["K"], a.n
-    s0 = L - n
-    cum = (g["cum_scores"][a.locus, s0:L + 1] - g["cum_scores"][a.locus, s0])[None]
-    ps, pe = g["proj_start"][a.locus, s0:L][None], g["proj_end"][a.locus, s0:L][None]
+    K, n = g["K"], a.n
+    cum, ps, pe, s0, L = slice_inputs(g, a.locus, n)
     tr, db, lengths = g["transition"], g["duration_bias"], torch.tensor([n])
 
     t0 = time.perf_counter()
@@ -51,14 +72,9 @@ def main():
     z_ref = z_ref.detach()
     print(f"float64 reference {time.perf_counter() - t0:.1f} s", flush=True)
 
-    plan_mod.FORCE_BLOCKED = a.engine == "blocked"
-    plan_mod.DEFAULT_SMS = 1
     plan_mod.ANCHOR_SPACING = a.anchor_spacing
     t0 = time.perf_counter()
-    v = validate_streaming_inputs(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K,
-                                  semiring="log", proj_start=ps, proj_end=pe)
-    plan = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True,
-                           time_parallel=None if a.engine == "blocked" else False)
+    v, plan = engine_plan(a.engine, cum, tr, db, ps, pe, K)
     z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log",
                                      v.proj_start, v.proj_end, plan=plan)
     p_s, p_e, _, _ = launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K,

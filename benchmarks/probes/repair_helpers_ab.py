@@ -19,7 +19,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from ab_common import random_model  # noqa: E402
+from ab_common import gene_model, random_model  # noqa: E402
 from max_bounds_ab import phase_times  # noqa: E402
 
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi  # noqa: E402
@@ -101,12 +101,8 @@ def main():
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "runs": {}}
     if a.gene:
-        g = torch.load(a.gene)
-        cum = g["cum_scores"].cuda().requires_grad_()
-        tr = g["transition"].cuda().requires_grad_()
-        db = g["duration_bias"].cuda().requires_grad_()
-        kw = dict(proj_start=g["proj_start"].cuda(), proj_end=g["proj_end"].cuda())
-        run(f"gene {tuple(cum.shape)}", (cum, tr, db, g["lengths"].cuda()), kw, g["K"], a.rounds, res, phases=True)
+        model, kw, K = gene_model(a.gene)
+        run(f"gene {tuple(model[0].shape)}", model, kw, K, a.rounds, res, phases=True)
         json.dump(res, open(a.out, "w"), indent=1)
     for s in filter(None, a.shapes.split(";")):
         B, T, K, C = (int(x) for x in s.split(","))

@@ -14,6 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ab_common import gene_model  # noqa: E402
 from bench_parallel import make_inputs, median_ms  # noqa: E402
 
 from torch_semimarkov import semi_crf_streaming_viterbi  # noqa: E402
@@ -31,10 +32,8 @@ for B, T, K, C in [(4, 100000, 960, 47), (16, 20000, 960, 47), (32, 3000, 960, 4
     cum, tr, db, lengths = make_inputs(B, T, K, C)
     CASES.append(([B, T, K, C], (cum, tr, db, lengths, K), {}))
 if os.environ.get("GENE"):
-    g = torch.load(os.environ["GENE"])
-    CASES.append(("gene", (g["cum_scores"].cuda(), g["transition"].cuda(), g["duration_bias"].cuda(),
-                           g["lengths"].cuda(), g["K"]),
-                  {"proj_start": g["proj_start"].cuda(), "proj_end": g["proj_end"].cuda()}))
+    model, kw, K = gene_model(os.environ["GENE"])
+    CASES.append(("gene", (*(x.detach() for x in model), K), kw))
 for shape, args, kw in CASES:
     ref = None
     for tile, warps in TILES:
