@@ -5,6 +5,11 @@ host side, which a swapped kernel cannot test). Each tree runs in its own proces
 with A's (bitwise, else the largest difference relative to A's largest value).
 
     python benchmarks/probes/src_ab.py OUT.json SRC_A SRC_B ["B,T,K,C;..."] [rounds]
+    python benchmarks/probes/src_ab.py OUT.json SRC_A SRC_B,SRC_C,... ["B,T,K,C;..."] [rounds]
+
+With several trees after A (B, C, ...) each is compared with A (``max_rel_diff`` then holds one
+entry per tree). ``AB_PARTS`` (default ``fwd,fwdbwd,viterbi``) leaves out what a change cannot
+touch (its cold compilation costs device time).
 """
 import json
 import os
@@ -46,16 +51,21 @@ def worker(shapes, runs, out):
             return (z.detach(), *torch.autograd.grad(z.sum(), (cum, tr, db)))
 
         vit = lambda: semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)  # noqa: E731
-        t = {"fwd": [], "fwdbwd": [], "viterbi": []}
+        parts = {"fwd": fwd, "fwdbwd": fb, "viterbi": vit}
+        parts = {k: parts[k] for k in os.environ.get("AB_PARTS", "fwd,fwdbwd,viterbi").split(",")}
+        t = {k: [] for k in parts}
         for _ in range(2):
-            _, g, v = fwd(), fb(), vit()
+            last = {k: fn() for k, fn in parts.items()}
         for _ in range(runs):
-            t["fwd"].append(timed(fwd)[0])
-            t["fwdbwd"].append(timed(fb)[0])
-            t["viterbi"].append(timed(vit)[0])
+            for k, fn in parts.items():
+                t[k].append(timed(fn)[0])
         res[shape] = t
-        outs[shape] = {"log_z": g[0].cpu(), "g_cum": g[1].cpu(), "g_tr": g[2].cpu(), "g_db": g[3].cpu(),
-                       "vit_scores": v.scores.cpu(), "vit_labels": v.labels.cpu()}
+        outs[shape] = {}
+        if "fwdbwd" in last:
+            g = last["fwdbwd"]
+            outs[shape].update(log_z=g[0].cpu(), g_cum=g[1].cpu(), g_tr=g[2].cpu(), g_db=g[3].cpu())
+        if "viterbi" in last:
+            outs[shape].update(vit_scores=last["viterbi"].scores.cpu(), vit_labels=last["viterbi"].labels.cpu())
     torch.save({"times": res, "outs": outs}, out)
 
 
@@ -65,11 +75,12 @@ def main():
     rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     import torch
 
-    times = {"A": {}, "B": {}}
+    trees = [("A", src_a)] + [(chr(ord("B") + i), s) for i, s in enumerate(src_b.split(","))]
+    times = {name: {} for name, _ in trees}
     last = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            for name, src in (("A", src_a), ("B", src_b)):
+            for name, src in trees:
                 path = os.path.join(tmp, f"{name}{r}.pt")
                 env = dict(os.environ, PYTHONPATH=os.path.abspath(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
                 subprocess.run([sys.executable, __file__, "--worker", shapes, "5", path], env=env, check=True)
@@ -80,18 +91,22 @@ def main():
                 last[name] = d["outs"]
                 print(name, r, {s: {k: round(1e3 * statistics.median(v), 2) for k, v in t.items()}
                                 for s, t in d["times"].items()}, flush=True)
-    rep = {"device": torch.cuda.get_device_name(), "src": {"A": src_a, "B": src_b}, "shapes": {}}
+    rep = {"device": torch.cuda.get_device_name(), "src": dict(trees), "shapes": {}}
     for shape in times["A"]:
-        a, b = last["A"][shape], last["B"][shape]
-        diff = {}
-        for k in a:
-            x, y = a[k].double(), b[k].double()
-            diff[k] = 0.0 if torch.equal(a[k], b[k]) else float((y - x).abs().max() / x.abs().max().clamp_min(1e-30))
-        diff["vit_labels_equal"] = float((a["vit_labels"] == b["vit_labels"]).double().mean())
-        med = {n: {k: 1e3 * statistics.median(v) for k, v in times[n][shape].items()} for n in ("A", "B")}
-        rep["shapes"][shape] = {"median_ms": med, "times_s": {n: times[n][shape] for n in ("A", "B")},
-                                "max_rel_diff": diff}
-        print(shape, med, diff, flush=True)
+        diffs = {}
+        for name, _ in trees[1:]:
+            a, b = last["A"][shape], last[name][shape]
+            diff = {}
+            for k in a:
+                x, y = a[k].double(), b[k].double()
+                diff[k] = 0.0 if torch.equal(a[k], b[k]) else float((y - x).abs().max() / x.abs().max().clamp_min(1e-30))
+            if "vit_labels" in a:
+                diff["vit_labels_equal"] = float((a["vit_labels"] == b["vit_labels"]).double().mean())
+            diffs[name] = diff
+        med = {n: {k: 1e3 * statistics.median(v) for k, v in times[n][shape].items()} for n, _ in trees}
+        rep["shapes"][shape] = {"median_ms": med, "times_s": {n: times[n][shape] for n, _ in trees},
+                                "max_rel_diff": diffs["B"] if len(trees) == 2 else diffs}
+        print(shape, med, diffs, flush=True)
     json.dump(rep, open(out_path, "w"), indent=1)
 
 

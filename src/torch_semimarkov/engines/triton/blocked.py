@@ -181,28 +181,35 @@ if HAS_TRITON:
         """The linear-space sum of the old rows R0 <= rho < R1 against ``ED`` with one shift per label:
         ``(acc (BT, CB), m (CB,), lo (CB,), hi (CB,))`` with ``acc[i, c] = sum_rho exp(V[rho, c] -
         m_c) · ED[i + rho - 1, c]``, ``m_c`` the largest row some position of the block may use
-        (duration in [kmin_c, kmax_c]) and lo / hi the first and last finite such row."""
-        run_m = tl.full([CB], 2 * MASK, tl.float32)
-        acc = tl.zeros([BT, CB], dtype=tl.float32)
-        lo = tl.full([CB], 1 << 30, tl.int32)
-        hi = tl.full([CB], -(1 << 30), tl.int32)
+        (duration in [kmin_c, kmax_c]) and lo / hi the first and last finite such row.
+
+        Two passes over the rows, neither reducing over them per tile: the first keeps the largest
+        row and the first / last finite one per (row slot, label), the second the products per
+        (position, row slot, label); each is reduced over the rows once, after its pass (a
+        reduction over a tile's rows crosses the program's warps: a shared-memory round a tile)."""
+        m2 = tl.full([orr.shape[0], CB], 2 * MASK, tl.float32)
+        lo2 = tl.full([orr.shape[0], CB], 1 << 30, tl.int32)
+        hi2 = tl.full([orr.shape[0], CB], -(1 << 30), tl.int32)
         for r0 in range(R0, R1, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
             # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
             use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
             fin = use & (v > -1e29)
-            v = tl.where(use, v, 2 * MASK)
-            lo = tl.minimum(lo, tl.min(tl.where(fin, rho[:, None], 1 << 30), 0))
-            hi = tl.maximum(hi, tl.max(tl.where(fin, rho[:, None], -(1 << 30)), 0))
-            nm = tl.maximum(run_m, tl.max(v, 0))
-            acc = acc * tl.exp(run_m - nm)[None, :]
-            ev = tl.exp(v - nm[None, :])
-            run_m = nm
+            m2 = tl.maximum(m2, tl.where(use, v, 2 * MASK))
+            lo2 = tl.minimum(lo2, tl.where(fin, rho[:, None], 1 << 30))
+            hi2 = tl.maximum(hi2, tl.where(fin, rho[:, None], -(1 << 30)))
+        run_m = tl.max(m2, 0)
+        acc3 = tl.zeros([BT, orr.shape[0], CB], dtype=tl.float32)
+        for r0 in range(R0, R1, orr.shape[0]):
+            v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
+                                      orr, HAS_IN, REVERSE, CM)
+            use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
+            ev = tl.where(use, tl.exp(v - run_m[None, :]), 0.0)
             kk = ii[:, None] + rho[None, :]
             ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
-            acc += tl.sum(ed * ev[None, :, :], 1)
-        return acc, run_m, lo, hi
+            acc3 += ed * ev[None, :, :]
+        return tl.sum(acc3, 1), run_m, tl.min(lo2, 0), tl.max(hi2, 0)
 
     @triton.jit
     def _pick(j, any_res, x0, x1, x2, xa):

@@ -62,8 +62,11 @@ BLOCK_OVERRIDE: Optional[tuple] = None
 BLOCKED_LINEAR: Optional[Union[bool, int]] = None
 
 #: (BT, RB, CB) of the linear-space block sums: no exponential per term leaves room for larger
-#: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43).
-LINEAR_TILE = (32, 64, 16)
+#: tiles, whose fewer, longer iterations hide the loads' latency (H200 sweep, GPU_NOTES 43). The
+#: products stay per row slot until the rows' loop ends (``blocked._linear_rows``), a (BT, RB, CB)
+#: tile of registers: RB = 32 (64 spills); against (64, 16, 16) equal at (4, 10^5, 960, 47) and
+#: 13% slower at (32, 3000) (H200, GPU_NOTES 95).
+LINEAR_TILE = (32, 32, 16)
 
 #: The blocked engine's marginals (``marginals._blk_seg_kernel``): "tiled" (default: (start,
 #: duration, label) tiles, in linear space where exact, else term by term), "log" (tests: every
