@@ -175,6 +175,12 @@ if HAS_TRITON:
         return p, run_k
 
     @triton.jit
+    def _usable(ok, rho, kmin, kmax, BT: tl.constexpr):
+        """(RB, CB): the old rows some position of the block may use (duration in [kmin_c, kmax_c] for
+        some i = 1 .. BT); the others neither set a linear sum's shift nor enter it."""
+        return ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
+
+    @triton.jit
     def _linear_rows(q0, ii, kmin, kmax, start, L, H, r_b, f_b, in32, in64, cum_b, ed_ptr, s_ref, C, K, cols, mcol,
                      orr, R0, R1, HAS_IN: tl.constexpr, C_PAD: tl.constexpr, CB: tl.constexpr, BT: tl.constexpr,
                      REVERSE: tl.constexpr, CM: tl.constexpr):
@@ -193,8 +199,7 @@ if HAS_TRITON:
         for r0 in range(R0, R1, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
-            # rows no position of the block can use (duration outside [kmin, kmax]) do not set the shift
-            use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
+            use = _usable(ok, rho, kmin, kmax, BT)
             fin = use & (v > -1e29)
             m2 = tl.maximum(m2, tl.where(use, v, 2 * MASK))
             lo2 = tl.minimum(lo2, tl.where(fin, rho[:, None], 1 << 30))
@@ -204,8 +209,7 @@ if HAS_TRITON:
         for r0 in range(R0, R1, orr.shape[0]):
             v, rho, r, ok = _old_rows(q0, r0, start, L, H, r_b, f_b, in32, in64, cum_b, s_ref, C, K, cols, mcol,
                                       orr, HAS_IN, REVERSE, CM)
-            use = ok[:, None] & (rho[:, None] < kmax[None, :]) & (rho[:, None] + BT >= kmin[None, :])
-            ev = tl.where(use, tl.exp(v - run_m[None, :]), 0.0)
+            ev = tl.where(_usable(ok, rho, kmin, kmax, BT), tl.exp(v - run_m[None, :]), 0.0)
             kk = ii[:, None] + rho[None, :]
             ed = tl.load(ed_ptr + (kk[:, :, None] - 1) * C_PAD + cols[None, None, :])
             acc3 += ed * ev[None, :, :]
@@ -695,7 +699,8 @@ if HAS_TRITON:
                 m = possible_shift(tl.max(sv, 0))
                 st = tl.where(mc, tl.maximum(sv - m, MASK), MASK)
                 F = F + m.to(tl.float64)
-                fmin = tl.minimum(fmin, F)
+                if not IS_MAX:  # the log semiring's next block frame (the max semiring keeps the last)
+                    fmin = tl.minimum(fmin, F)
                 if IS_MAX:
                     tl.store(bk_b + q * C + oc, kbest, mask=mc)
                 steps += 1
