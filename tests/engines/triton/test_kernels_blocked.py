@@ -696,6 +696,30 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
         outs[early] = (z,) + tuple(launch.launch_backward(*args[:5], v.proj_start, v.proj_end, plan=plan, state=state))
     _, plain = launch.launch_forward(*args, plan=plan)  # not asked (the early plan): no beta in the state
     assert plain.second.dim() == 2
+    # side by side, the linear sums' period (a device synchronisation) and duration tables are made
+    # once for both recurrences, and each launch keeps a counter of its own
+    from torch_semimarkov.engines.triton import parallel
+    calls = {"period": 0, "tables": 0}
+    for name in calls:
+        real = getattr(parallel, f"linear_{'period' if name == 'period' else 'duration_tables'}")
+
+        def spy(*a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(*a, **kw)
+        monkeypatch.setattr(parallel, f"linear_{'period' if name == 'period' else 'duration_tables'}", spy)
+    monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", True)
+    monkeypatch.setattr(parallel, "RECOMPUTED", [])
+    lin = {}
+    for early in (False, True):
+        calls.update(period=0, tables=0)
+        plan = dataclasses.replace(_plan(v, "log", backward=True), beta_early=early)
+        lin[early] = launch.launch_forward(*args, plan=plan, beta=True)[0]
+        # (early: two recurrences, not early: the forward alone)
+        assert calls == {"period": 1, "tables": 1}, (early, calls)
+    counters = [c for c, _ in parallel.RECOMPUTED[-2:]]
+    assert counters[0].data_ptr() != counters[1].data_ptr()
+    assert torch.equal(lin[False], lin[True])
+    monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", None)
     for name, a, b in zip(("log Z", "p_start", "p_end", "grad_transition", "grad_duration_bias"), outs[False], outs[True]):
         assert torch.equal(a, b), name
     # a public function that runs both on the interpreter's engine (the entropy: a forward, then

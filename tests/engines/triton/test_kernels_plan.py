@@ -140,13 +140,13 @@ def test_the_fixups_take_the_plans_tolerance(monkeypatch):
 
     assert plan_mod.BLOCKED_LOG_TOL > plan_mod.FIXUP_TOL
     seen = []
-    real = parallel._three_phases
+    real = parallel._phases
 
     def spy(kernel, B, n, args, meta, steps, *rest):
         seen.append((kernel.fn.__name__, args["TOL"]))
         return real(kernel, B, n, args, meta, steps, *rest)
 
-    monkeypatch.setattr(parallel, "_three_phases", spy)
+    monkeypatch.setattr(parallel, "_phases", spy)
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 6)
     v = validated(inputs((1, 13, 3, 3, None, "none", False), seed=4))
     for blocked in (True, False):

@@ -17,7 +17,8 @@ import torch
 
 from torch_semimarkov.engines.torch.reference import feasible, public_score, zero_rows
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
-from torch_semimarkov.engines.triton.parallel import beta_chunked, forward_chunked, traceback_chunked
+from torch_semimarkov.engines.triton.parallel import (beta_chunked, blocked_forward_beta, forward_chunked,
+                                                      traceback_chunked)
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
                                                   checkpoint_sizes, make_plan, marginal_chunks, position_chunks,
                                                   seg_label_groups, walk_blocks)
@@ -177,51 +178,25 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     if plan.time_parallel:
         early = beta and save_for_backward and semiring == "log" and plan.beta_early and masks is None
         if early:
-            pending = _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
-        saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
-                                              proj_start, proj_end, plan, masks=masks)
+            # beta's rows as one more slab of the saved rows, its frames beside the forward's
+            saved, frames, g = blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_start,
+                                                    proj_end, plan)
+        else:
+            saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
+                                                  proj_start, proj_end, plan, masks=masks)
         rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
         last = saved[0][rows, lengths].double()
         reduce = last.max(-1).values if semiring == "max" else torch.logsumexp(last, -1)
         out = frames[rows, lengths] + reduce
         state = ForwardState(saved, frames) if (save_for_backward and semiring == "log") else None
         if early:
-            x_hat, g = _join(*pending)
-            # beta's rows as one more slab of the saved rows, its frames beside the forward's
-            state = ForwardState(torch.cat([saved, x_hat[None]]), torch.stack([frames, g]))
+            state = ForwardState(saved, torch.stack([frames, g]))
         return public_score(out), state
     if save is None:
         save = "checkpoints" if save_for_backward else None
     out, state, _ = _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring, proj_start,
                                         proj_end, plan, save)
     return public_score(out), state
-
-
-def _beta_beside(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan):
-    """Start the beta recurrence (``beta_chunked``) on a second CUDA stream, so that the forward,
-    launched next on the current one, runs beside it (``plan.beta_early``); on the CPU (the
-    interpreter) it simply runs first. Returns ``((x_hat, g), streams)`` for :func:`_join`."""
-    if not cum_scores.is_cuda:
-        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
-        return (x_hat, g), None
-    main = torch.cuda.current_stream(cum_scores.device)
-    side = torch.cuda.Stream(device=cum_scores.device)
-    side.wait_stream(main)  # the inputs are ready
-    with torch.cuda.stream(side):
-        x_hat, g, _ = beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan)
-    return (x_hat, g), (main, side)
-
-
-def _join(beta, streams):
-    """Wait (on the current stream) for :func:`_beta_beside`'s recurrence; its outputs are then
-    owned by the current stream."""
-    x_hat, g = beta
-    if streams is not None:
-        main, side = streams
-        main.wait_stream(side)
-        x_hat.record_stream(main)
-        g.record_stream(main)
-    return x_hat, g
 
 
 def _blk_tiles(plan: KernelPlan, duration_bias):

@@ -49,9 +49,11 @@ def _chunk_state(B, n, n32, n64, nb, dev):
     return e32, e64, eb, status, src, delta, steps
 
 
-def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None, repair_roles=1,
-                  repair_reset=None):
-    """spec (B, n), fix-up (B, n), repair (B,); returns which chunks the repair ran again.
+def _phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_meta=None, repair_roles=1,
+            repair_reset=None):
+    """spec (B, n), fix-up (B, n), repair (B,), as a generator that yields after each launch and
+    returns which chunks the repair ran again (:func:`_three_phases` runs it through; the blocked
+    engine's forward and beta interleave two of them, :func:`blocked_forward_beta`).
     ``roles`` > 1: the spec and fix-up grids take a third axis (the blocked engine's run and its
     helpers), whose progress flags ``reset`` clears before each of them; the repair has none
     unless ``repair_roles`` > 1 (grid (B, 1, repair_roles), ``repair_reset`` before it).
@@ -65,17 +67,34 @@ def _three_phases(kernel, B, n, args, meta, steps, roles=1, reset=None, phase_me
     if reset is not None:
         reset()
     launch(grid, 1, meta)
+    yield
     if n == 1:
         return torch.zeros((B, n), device=steps.device, dtype=torch.bool)
     if reset is not None:
         reset()
     launch(grid, 2, meta)
+    yield
     before = steps.clone()
     if repair_reset is not None:
         repair_reset()
     launch((B,) if repair_roles == 1 else (B, 1, repair_roles), 3,
            {**meta, "HELPERS": 0} if "HELPERS" in meta else meta)
+    yield
     return steps.ne(before)
+
+
+def _drain(gen):
+    """Run a generator of launches (:func:`_phases`) to its end; its return value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _three_phases(*args, **kwargs):
+    """:func:`_phases` launched one after another; returns which chunks the repair ran again."""
+    return _drain(_phases(*args, **kwargs))
 
 
 def forward_offsets(frames: torch.Tensor, delta: torch.Tensor, W: int) -> torch.Tensor:
@@ -312,27 +331,31 @@ def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: O
     the kernel recomputed term by term (``RECOMPUTED``)."""
     K, C = plan.K, duration_bias.shape[1]
     dev = duration_bias.device
+    F = torch.nn.functional
     d = duration_bias[:K].double()
     fin = d > -1e29
-    lam = duration_trend(d, K) if trend else torch.zeros_like(d[0])
-    d = d - lam * torch.arange(1, K + 1, device=dev, dtype=torch.float64)[:, None]
-    md = torch.where(fin, d, float("-inf")).amax(0)
-    md = torch.where(torch.isfinite(md), md, torch.zeros_like(md))
+    k = torch.arange(1, K + 1, device=dev)[:, None]
+    if trend:
+        lam = duration_trend(d, K)
+        d = d - lam * k.double()
+    else:
+        lam = torch.zeros_like(d[0])
+    md = torch.where(fin, d, float("-inf")).amax(0).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
     if pad is None:
         bt, rb, _ = plan.linear_tile
         pad = bt + rb
-    ed = torch.zeros((K + pad, plan.c_pad), device=dev, dtype=torch.float32)
-    ed[:K, :C] = torch.where(fin, torch.exp(d - md), torch.zeros_like(d)).float()
-    kr = torch.zeros((4, plan.c_pad), device=dev, dtype=torch.int32)
-    kr[0] = K + 1
-    kmin, kmax = _duration_range(fin)
-    kr[0, :C] = kmin.int()
-    kr[1, :C] = kmax.int()
-    kr[2] = -1
-    kr[2, :C] = _residues(fin).int()
-    mdp = torch.zeros((2, plan.c_pad), device=dev, dtype=torch.float32)
-    mdp[0, :C] = md.float()
-    mdp[1, :C] = lam.float()
+    cp = plan.c_pad - C
+    # few operations (each a launch, ~10 µs of the host before the first kernel, GPU_NOTES 96):
+    # padded columns and rows as zeros by one pad, and the ranges of the padded labels (empty:
+    # K + 1, 0, residue -1) from a padded ``fin`` with no possible duration
+    ed = F.pad(torch.where(fin, torch.exp(d - md), 0.0).float(), (0, cp, 0, pad))
+    finp = F.pad(fin, (0, cp))
+    kmin = torch.where(finp, k, K + 1).amin(0)
+    kmax = torch.where(finp, k, 0).amax(0)
+    has = (finp[:, :, None] & ((k % 3)[:, :, None] == torch.arange(3, device=dev))).any(0)  # (C_PAD, 3)
+    res = torch.where(has.sum(1) == 1, has.int().argmax(1), -1)
+    kr = torch.stack([kmin, kmax, res, torch.zeros_like(res)]).int()
+    mdp = F.pad(torch.stack([md, lam]).float(), (0, cp))
     return ed, mdp, kr
 
 
@@ -350,6 +373,44 @@ def max_bound_table(duration_bias: torch.Tensor, K: int, bt: int) -> torch.Tenso
     return d.unfold(0, bt, 1)[:rows].amax(-1).contiguous()
 
 
+def _blocked_period(duration_bias, plan: KernelPlan, semiring: str, masks, shared: dict) -> int:
+    """The blocked kernel's linear-sum ``PERIOD`` (0: log-space sums), once per ``shared`` dict
+    (one device synchronisation: ``linear_period``)."""
+    if masks is not None or semiring == "max":
+        return 0
+    if "period" not in shared:
+        shared["period"] = linear_period(duration_bias, plan.K, plan.linear)
+    return shared["period"]
+
+
+def _blocked_split(plan: KernelPlan, period: int, C: int):
+    """``((BT, RB, CB), (helpers, groups, parts, part rows), the same for the in-order repair)`` of
+    a blocked launch: the tile (the linear sums' own where ``period`` > 0) and how the helper
+    programs split the label tiles and the rows (``blocked._blk_help``; cheap linear sums need
+    fewer; the repair's own helpers only where there are several chunks)."""
+    K = plan.K
+    bt, rb, cb = plan.linear_tile if period > 0 else (plan.bt, plan.rb, plan.cb)
+    tiles = -(-C // cb)
+
+    def split(h):
+        if period == 1:
+            h = _plan.linear_helpers(h, K, tiles)
+        g, p = _plan.helper_split(h, tiles, K, rb)
+        return g * p, g, p, _plan.helper_part_rows(p, K, rb)
+
+    return (bt, rb, cb), split(plan.helpers), split(plan.repair_helpers if plan.n_chunks > 1 else 0)
+
+
+def _blocked_tables(duration_bias, plan: KernelPlan, period: int, C: int, shared: dict):
+    """The linear sums' duration tables ``(ED, MD, ranges)`` (``linear_duration_tables``, padded
+    for the launch's tile and helpers), once per ``shared`` dict."""
+    if "tables" not in shared:
+        (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
+        shared["tables"] = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
+                                                  trend=period == 3)
+    return shared["tables"]
+
+
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                     plan: KernelPlan, reverse: bool, masks=None):
     """The forward (``reverse=False``) or beta of the blocked memory-ring kernel (``blocked.py``),
@@ -357,6 +418,17 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     bp, stats)``, beta ``(x_hat (1, B, T+1, C), g, None, stats)``. In the max semiring the
     kernel's argmax durations and source labels are packed here into ``k * 65536 + c_prev``.
     ``masks``: ``(min_start, max_end, flags)`` of a constrained call (``limits.py``)."""
+    return _drain(_blocked_steps(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                                 plan, reverse, masks))
+
+
+def _blocked_steps(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
+                   plan: KernelPlan, reverse: bool, masks=None, shared: Optional[dict] = None, rows=None):
+    """:func:`_blocked_chunks` as a generator that yields after each launch (and returns its
+    result). ``shared``: a dict that two calls with the same duration bias and plan fill and read
+    in turn (the linear sums' period and duration tables, made once; each call keeps its own
+    counter of recomputed tiles); ``rows``: the output rows ((1 or 2, B, T+1, C) float32),
+    else allocated here."""
     from torch_semimarkov.engines.triton.blocked import _blk_chunks_kernel
 
     B, T1, C = cum_scores.shape
@@ -364,15 +436,18 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
     dev = cum_scores.device
     is_max = semiring == "max"
     W, n, K = plan.chunk, plan.n_chunks, plan.K
-    rows = torch.empty((1 if reverse else 2, B, T1, C), device=dev, dtype=torch.float32)
+    shared = {} if shared is None else shared
+    if rows is None:
+        rows = torch.empty((1 if reverse else 2, B, T1, C), device=dev, dtype=torch.float32)
     frames = torch.empty((B, T1), device=dev, dtype=torch.float64)
     i32 = torch.empty((1,), device=dev, dtype=torch.int32)
     bk = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     bc = torch.zeros((B, T1, C), device=dev, dtype=torch.int32) if is_max else i32
     e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C + plan.c_pad, K + 1, 0, dev)
-    period = linear_period(duration_bias, K, plan.linear) if masks is None and not is_max else 0
+    period = _blocked_period(duration_bias, plan, semiring, masks, shared)
     linear = period > 0
-    bt, rb, cb = plan.linear_tile if linear else (plan.bt, plan.rb, plan.cb)
+    (bt, rb, cb), (helpers, groups, parts, part_rows), (rhelp, rgroups, rparts, rpart_rows) = \
+        _blocked_split(plan, period, C)
     scratch = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.float32)
     scratch_k = torch.empty((B, n, bt, plan.c_pad), device=dev, dtype=torch.int32) if is_max else i32
     args = dict(
@@ -384,24 +459,14 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         cv_ptr=steps, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
         TOL=fixup_tol(plan, semiring),
     )
-    # helpers split the label tiles and the rows (blocked._blk_help); cheap linear sums need fewer
-    tiles = -(-C // cb)
-
-    def split(h):
-        if period == 1:
-            h = _plan.linear_helpers(h, K, tiles)
-        g, p = _plan.helper_split(h, tiles, K, rb)
-        return g * p, g, p, _plan.helper_part_rows(p, K, rb)
-
-    helpers, groups, parts, part_rows = split(plan.helpers)
-    # the in-order repair's own helpers (B runs only: plan.repair_helpers)
-    rhelp, rgroups, rparts, rpart_rows = split(plan.repair_helpers if n > 1 else 0)
     if masks is not None:
         # the segment limits of limits.py: min_start for the forward, max_end for beta
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
     elif linear:
-        ed, md, kr = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
-                                            trend=period == 3)
+        made = "tables" in shared
+        ed, md, kr = _blocked_tables(duration_bias, plan, period, C, shared)
+        if made:
+            kr = kr.clone()  # tables made before this call: a counter of its own
         if RECOMPUTED is not None:
             blocks = (lengths.long() + bt - 1) // bt * ((C + cb - 1) // cb)
             RECOMPUTED.append((kr[3, 0], blocks.sum()))  # a view: the kernel's count once it has run
@@ -442,7 +507,8 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
                              "HR": rparts, "INLINE": inline, "MB": min(bt, 16)}
             if not inline:
                 rroles, rreset = 1 + rhelp, clear
-    redone = _three_phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, phase_meta, rroles, rreset)
+    redone = yield from _phases(_blk_chunks_kernel, B, n, args, meta, steps, roles, reset, phase_meta, rroles,
+                                rreset)
     stats = ChunkStats(status.bool(), steps, redone)
     if reverse:
         return rows, backward_offsets(frames, delta, W), None, stats
@@ -453,6 +519,70 @@ def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, pr
         src_row = (torch.arange(T1, device=dev)[None, :, None] - bk.long()).clamp(0, T1 - 1)
         bp = bk * 65536 + torch.gather(bc, 1, src_row).to(torch.int32)
     return rows, forward_offsets(frames, delta, W), bp, stats
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(dev):
+    """One second CUDA stream per device for :func:`blocked_forward_beta` (made once: each call's
+    work on it is ordered by the events it waits for)."""
+    dev = torch.device(dev)
+    key = dev.index if dev.index is not None else torch.cuda.current_device()
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=dev)
+    return _SIDE_STREAMS[key]
+
+
+def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan):
+    """The blocked engine's forward and beta recurrences side by side (``plan.beta_early``): beta's
+    launches on a second CUDA stream, each followed at once by the forward's same phase on the
+    current one, so that the forward does not wait for the host to prepare it after beta's
+    launches (GPU_NOTES 96); the duration tables and the linear sums' period (a device
+    synchronisation) are made once, before either, and the rows of both go into one
+    (3, B, T+1, C) tensor (alpha_hat, U_hat, Y_hat), so that no copy joins them. On the CPU (the
+    interpreter) the launches run in the same interleaved order on one stream; the outputs do not
+    depend on it.
+
+    Returns ``(saved (3, B, T+1, C), frames (B, T+1), g (B, T+1))``: the forward's and beta's
+    rows and their global frames, owned by the current stream."""
+    import contextlib
+
+    B, T1, C = cum_scores.shape
+    dev = cum_scores.device
+    shared: dict = {}
+    period = _blocked_period(duration_bias, plan, "log", None, shared)
+    if period > 0:
+        _blocked_tables(duration_bias, plan, period, C, shared)
+    saved = torch.empty((3, B, T1, C), device=dev, dtype=torch.float32)
+    fwd = _blocked_steps(cum_scores, transition, duration_bias, lengths, "log", proj_start, proj_end, plan, False,
+                         shared=shared, rows=saved[:2])
+    bwd = _blocked_steps(cum_scores, transition, duration_bias, lengths, "log", proj_start, proj_end, plan, True,
+                         shared=shared, rows=saved[2:])
+    main = side = None
+    if cum_scores.is_cuda:
+        main = torch.cuda.current_stream(dev)
+        side = _side_stream(dev)
+        side.wait_stream(main)  # the inputs and the shared tables are ready
+        # memory made on the current stream that beta's kernels use: not reused before they end
+        for t in (saved, *shared.get("tables", ())):
+            t.record_stream(side)
+    out = {}
+    while len(out) < 2:
+        for name, gen, stream in (("beta", bwd, side), ("forward", fwd, None)):
+            if name in out:
+                continue
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                try:
+                    next(gen)
+                except StopIteration as stop:
+                    out[name] = stop.value
+    _, frames, _, _ = out["forward"]
+    _, g, _, _ = out["beta"]
+    if side is not None:
+        main.wait_stream(side)
+        g.record_stream(main)
+    return saved, frames, g
 
 
 def _chunk_guesses(alpha_hat, seq, t0, plan: KernelPlan):
