@@ -71,13 +71,13 @@ class _TimedKernel:
 
 def phase_times(call):
     """One call with each chunk phase timed alone (synchronised launches through the engine's own
-    ``parallel._three_phases``), ms: {"kernel:phase": ms}."""
-    real, got = parallel._three_phases, {}
-    parallel._three_phases = lambda kernel, *a, **kw: real(_TimedKernel(kernel, got), *a, **kw)
+    ``parallel._phases``, which every chunked launch goes through), ms: {"kernel:phase": ms}."""
+    real, got = parallel._phases, {}
+    parallel._phases = lambda kernel, *a, **kw: real(_TimedKernel(kernel, got), *a, **kw)
     try:
         call()
     finally:
-        parallel._three_phases = real
+        parallel._phases = real
     return got
 
 
