@@ -21,6 +21,23 @@ def random_model(B, T, K, C, seed=0):
     return cum, tr, db, torch.full((B,), T, device="cuda")
 
 
+def public_calls(shape):
+    """``(fwdbwd, viterbi, model)`` on a random model at ``shape`` "B,T,K,C": the public log Z and
+    its gradient with respect to the three leaves, the public Viterbi (the profiling probes), and
+    the model ``(cum_scores, transition, duration_bias, lengths, K)``."""
+    B, T, K, C = (int(x) for x in shape.split(","))
+    cum, tr, db, lengths = random_model(B, T, K, C)
+
+    def fwdbwd():
+        z = semi_crf_streaming_forward(cum, tr, db, lengths, K)
+        torch.autograd.grad(z.sum(), (cum, tr, db))
+
+    def viterbi():
+        semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)
+
+    return fwdbwd, viterbi, (cum, tr, db, lengths, K)
+
+
 def gene_model(path):
     """The gene model of ``probes/make_gene_inputs.py`` (file ``path``) on the GPU:
     ``((cum_scores, transition, duration_bias, lengths), {proj_start, proj_end}, K)``, the first three

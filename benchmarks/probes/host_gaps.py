@@ -19,9 +19,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_common import random_model  # noqa: E402
+from ab_common import public_calls  # noqa: E402
 
-from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi  # noqa: E402
 from torch_semimarkov.engines.triton import beta, blocked, forward, marginals, traceback  # noqa: E402
 
 RECORDS = []
@@ -130,15 +129,7 @@ def main():
     iters = int(sys.argv[3]) if len(sys.argv) > 3 else 7
     res = {"device": torch.cuda.get_device_name(), "shapes": {}}
     for s in shapes.split(";"):
-        B, T, K, C = (int(x) for x in s.split(","))
-        cum, tr, db, lengths = random_model(B, T, K, C)
-
-        def fwdbwd():
-            z = semi_crf_streaming_forward(cum, tr, db, lengths, K)
-            torch.autograd.grad(z.sum(), (cum, tr, db))
-
-        def viterbi():
-            semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)
+        fwdbwd, viterbi, _ = public_calls(s)
 
         res["shapes"][s] = {}
         for name, fn in (("fwdbwd", fwdbwd), ("viterbi", viterbi)):

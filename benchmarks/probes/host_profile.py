@@ -13,22 +13,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_common import random_model  # noqa: E402
+from ab_common import public_calls  # noqa: E402
 
-from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi  # noqa: E402
 
 out, shapes = sys.argv[1], sys.argv[2]
 text = io.StringIO()
 for s in shapes.split(";"):
-    B, T, K, C = (int(x) for x in s.split(","))
-    cum, tr, db, lengths = random_model(B, T, K, C)
-
-    def fwdbwd():
-        z = semi_crf_streaming_forward(cum, tr, db, lengths, K)
-        torch.autograd.grad(z.sum(), (cum, tr, db))
-
-    def viterbi():
-        semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)
+    fwdbwd, viterbi, _ = public_calls(s)
 
     for name, fn in (("fwdbwd", fwdbwd), ("viterbi", viterbi)):
         for _ in range(3):

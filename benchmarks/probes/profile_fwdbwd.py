@@ -12,21 +12,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_common import random_model  # noqa: E402
+from ab_common import public_calls  # noqa: E402
 
-from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi  # noqa: E402
-
-B, T, K, C = (int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "4,100000,960,47").split(","))
-cum, tr, db, lengths = random_model(B, T, K, C)
-
-
-def fwdbwd():
-    z = semi_crf_streaming_forward(cum, tr, db, lengths, K)
-    torch.autograd.grad(z.sum(), (cum, tr, db))
-
-
-def viterbi():
-    semi_crf_streaming_viterbi(cum.detach(), tr.detach(), db.detach(), lengths, K)
+SHAPE = sys.argv[2] if len(sys.argv) > 2 else "4,100000,960,47"
+B, T, K, C = (int(x) for x in SHAPE.split(","))
+fwdbwd, viterbi, (cum, tr, db, lengths, _) = public_calls(SHAPE)
 
 
 res = {"device": torch.cuda.get_device_name(), "shape": [B, T, K, C]}
