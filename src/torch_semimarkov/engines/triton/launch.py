@@ -176,7 +176,8 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
     plan = plan or plan_for(cum_scores, transition, K, semiring)
     _check_masked(plan, masks)
     if plan.time_parallel:
-        early = beta and save_for_backward and semiring == "log" and plan.beta_early and masks is None
+        early = (beta and save_for_backward and semiring == "log" and plan.beta_early and masks is None
+                 and plan.kind == "mem")  # the plan sets beta_early for the blocked engine only
         if early:
             # beta's rows as one more slab of the saved rows, its frames beside the forward's
             saved, frames, g = blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_start,
