@@ -700,13 +700,11 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     # once for both recurrences, and each launch keeps a counter of its own
     from torch_semimarkov.engines.triton import parallel
     calls = {"period": 0, "tables": 0}
-    for name in calls:
-        real = getattr(parallel, f"linear_{'period' if name == 'period' else 'duration_tables'}")
-
-        def spy(*a, _real=real, _name=name, **kw):
+    for name, fn in (("period", "linear_period"), ("tables", "linear_duration_tables")):
+        def spy(*a, _real=getattr(parallel, fn), _name=name, **kw):
             calls[_name] += 1
             return _real(*a, **kw)
-        monkeypatch.setattr(parallel, f"linear_{'period' if name == 'period' else 'duration_tables'}", spy)
+        monkeypatch.setattr(parallel, fn, spy)
     monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", True)
     monkeypatch.setattr(parallel, "RECOMPUTED", [])
     lin = {}
