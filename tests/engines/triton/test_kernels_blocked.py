@@ -512,6 +512,75 @@ def test_linear_block_sums_by_default_only_for_dense_durations():
     assert plan_mod.make_plan(4, 100000, 960, 47).linear is None
 
 
+def _duration_cases():
+    """(name, K, duration bias (K + 2, C)) of every kind the tables meet: dense, sparse, a gene
+    grammar's, all impossible, one label wider than 50 nats, a float64 bias."""
+    from torch_semimarkov.genomics.labels import GeneGrammar
+
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for K, C in ((3, 3), (7, 20), (96, 47)):
+        d = 3 * torch.randn(K + 2, C, generator=g)
+        sparse = torch.where(torch.rand(K + 2, C, generator=g) < 0.3, -1e30, d)
+        wide = d.clone()
+        wide[0, 1] = wide[1:, 1].max() - 60.0
+        out += [("dense", K, d), ("sparse", K, sparse), ("none", K, torch.full_like(d, -1e30)),
+                ("wide", K, wide), ("float64", K, sparse.double())]
+    ok = GeneGrammar().duration_mask(62)
+    out.append(("gene", 60, torch.where(ok, torch.randn(ok.shape, generator=g), torch.tensor(-1e30))))
+    return out
+
+
+@pytest.mark.parametrize("pad", [0, 5, 40])
+def test_duration_tables_in_one_kernel_are_the_pytorch_tables(pad):
+    """``tables.duration_tables`` (one launch) makes bitwise the tables of
+    ``parallel.linear_duration_tables`` (PyTorch, 43 launches) and each label's test of
+    ``parallel.dense_durations`` (padded labels pass), on every kind of duration bias."""
+    from torch_semimarkov.engines.triton import tables
+
+    for name, K, d in _duration_cases():
+        C = d.shape[1]
+        p = plan_mod.make_plan(1, 100, K, C, time_parallel=None)
+        want = parallel.linear_duration_tables(d.to(DEVICE), p, pad=pad)
+        *got, dense = tables.duration_tables(d.to(DEVICE), K, p.c_pad, pad, parallel.LINEAR_SPREAD)
+        for label, a, b in zip(("ED", "MD", "ranges"), got, want):
+            assert a.shape == b.shape and torch.equal(a, b), (name, label)
+        assert dense.shape == (p.c_pad,) and dense[C:].eq(1).all(), name
+        for c in range(C):
+            assert bool(dense[c]) == parallel.dense_durations(d[:, c:c + 1], K), (name, c)
+        assert bool(dense.all()) == parallel.dense_durations(d, K), name
+        assert name not in ("sparse", "none", "wide", "gene") or not bool(dense.all())
+
+
+def test_default_period_and_tables_from_one_kernel(monkeypatch):
+    """By default (``plan.linear`` None) the blocked forward takes the linear sums' period and its
+    tables from the one kernel's launch (no ``dense_durations`` reductions), the log-space sums
+    where a label fails the test; log Z is that of the period forced each way."""
+    _small_blocked(monkeypatch)
+    from torch_semimarkov.engines.triton import tables
+
+    launches = []
+    real = tables.duration_tables
+    monkeypatch.setattr(tables, "duration_tables", lambda *a, **k: launches.append(1) or real(*a, **k))
+    monkeypatch.setattr(parallel, "dense_durations", lambda *a: pytest.fail("dense_durations called"))
+    for sparse in (False, True):
+        inp = to_device(inputs((2, 30, 5, 3, "ragged", "none", False), seed=11))
+        if sparse:
+            inp["duration_bias"] = inp["duration_bias"].clone()
+            inp["duration_bias"][2, 1] = float("-inf")
+        v = validated(inp)
+        args = (v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", None, None)
+        zs = {}
+        for linear in (None, True, False):
+            monkeypatch.setattr(plan_mod, "BLOCKED_LINEAR", linear)
+            launches.clear()
+            p = _plan(v, "log")
+            assert p.linear is linear
+            zs[linear] = launch.launch_forward(*args, plan=p)[0]
+            assert len(launches) == (1 if linear is not False else 0), (sparse, linear)
+        assert torch.equal(zs[None], zs[False] if sparse else zs[True]), sparse
+
+
 def test_residue_structured_durations_of_gene_grammars():
     """A gene grammar's durations (each label's possible durations all of its range, or all of it in
     one residue modulo 3) are what the residue-class block sums (PERIOD 3, opt-in) are for; other
@@ -700,7 +769,7 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
     # once for both recurrences, and each launch keeps a counter of its own
     from torch_semimarkov.engines.triton import parallel
     calls = {"period": 0, "tables": 0}
-    for name, fn in (("period", "linear_period"), ("tables", "linear_duration_tables")):
+    for name, fn in (("period", "linear_period"), ("tables", "_tables_for")):
         def spy(*a, _real=getattr(parallel, fn), _name=name, **kw):
             calls[_name] += 1
             return _real(*a, **kw)

@@ -9,6 +9,8 @@
 ``beta.py``        backward (beta) recurrences: sequential and time-parallel
 ``blocked.py``     forward and beta of rings too large for registers (genomics shapes): one
                    kernel, blocked in time, parallel over time
+``tables.py``      the blocked engine's duration tables (and the linear sums' dense test) in one
+                   launch
 ``marginals.py``   every marginal and parameter gradient, parallel over positions
 ``traceback.py``   Viterbi traceback: sequential and time-parallel
 ``parallel.py``    host side of the time-parallel engine (the three phases, chunk offsets)

@@ -202,11 +202,12 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
 
 def _blk_tiles(plan: KernelPlan, duration_bias):
     """What both launches of ``marginals._blk_seg_kernel`` share: the tile, its warps and the
-    duration tables ``ED`` / ``MD`` (``parallel.linear_duration_tables``, made once per backward)."""
-    from torch_semimarkov.engines.triton.parallel import linear_duration_tables
+    duration tables ``ED`` / ``MD`` (``tables.duration_tables``, one kernel, made once per backward)."""
+    from torch_semimarkov.engines.triton.parallel import LINEAR_SPREAD
+    from torch_semimarkov.engines.triton.tables import duration_tables
 
     bs, bk, cb = plan.marg_tile
-    ed, md, _ = linear_duration_tables(duration_bias, plan, pad=bk)
+    ed, md, _, _ = duration_tables(duration_bias, plan.K, plan.c_pad, bk, LINEAR_SPREAD)
     return dict(db_ptr=duration_bias, ed_ptr=ed, md_ptr=md, BS=bs, BK=bk, CB=cb, BE=next_pow2(bs + bk - 1),
                 LOG_ONLY=plan.marg == "log", num_warps=plan.marg_warps)
 

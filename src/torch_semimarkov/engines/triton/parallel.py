@@ -379,7 +379,15 @@ def _blocked_period(duration_bias, plan: KernelPlan, semiring: str, masks, share
     if masks is not None or semiring == "max":
         return 0
     if "period" not in shared:
-        shared["period"] = linear_period(duration_bias, plan.K, plan.linear)
+        if plan.linear is None:
+            # the default: the tables for PERIOD 1 and each label's dense test from one kernel
+            # (``tables.duration_tables``), then one small read (the synchronisation)
+            ed, md, kr, dense = _tables_for(duration_bias, plan, 1, duration_bias.shape[1])
+            shared["period"] = 1 if all(dense.tolist()) else 0
+            if shared["period"]:
+                shared["tables"] = ed, md, kr
+        else:
+            shared["period"] = linear_period(duration_bias, plan.K, plan.linear)
     return shared["period"]
 
 
@@ -405,10 +413,22 @@ def _blocked_tables(duration_bias, plan: KernelPlan, period: int, C: int, shared
     """The linear sums' duration tables ``(ED, MD, ranges)`` (``linear_duration_tables``, padded
     for the launch's tile and helpers), once per ``shared`` dict."""
     if "tables" not in shared:
-        (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
-        shared["tables"] = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
-                                                  trend=period == 3)
+        if period == 3:  # the trend taken out: the PyTorch tables
+            (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
+            shared["tables"] = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
+                                                      trend=True)
+        else:
+            shared["tables"] = _tables_for(duration_bias, plan, period, C)[:3]
     return shared["tables"]
+
+
+def _tables_for(duration_bias, plan: KernelPlan, period: int, C: int):
+    """``(ED, MD, ranges, dense)`` of ``tables.duration_tables`` (one kernel, no trend) padded for
+    a blocked launch of linear sums with ``period``'s tile and helpers."""
+    from torch_semimarkov.engines.triton.tables import duration_tables
+
+    (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
+    return duration_tables(duration_bias, plan.K, plan.c_pad, (2 if helpers or rhelp else 1) * bt + rb, LINEAR_SPREAD)
 
 
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,

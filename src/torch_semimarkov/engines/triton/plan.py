@@ -722,3 +722,10 @@ def dense_tiles(K: int, C: int, factored: bool):
     c_pad, c1_pad = next_pow2(C), next_pow2(C + 1)
     budget = 2048 // c_pad if factored else 4096 // (c1_pad * c_pad)
     return c_pad, c1_pad, max(1, min(next_pow2(K), budget))
+
+
+def table_tiles(K: int, c_pad: int):
+    """``(CB, KB, warps)`` of the duration tables' one kernel (``tables.py``): 32 labels a program
+    (two programs for C = 47), 64 durations a step (a (64, 32) float64 tile over 4 warps)."""
+    cb = min(32, next_pow2(c_pad))
+    return cb, max(1, min(64, 4096 // cb, next_pow2(K))), 4
