@@ -47,8 +47,13 @@ class _Timed:
         return run
 
 
-for mod in (blocked, marginals, forward, beta, traceback):
-    for name in dir(mod):
+try:
+    from torch_semimarkov.engines.triton import tables as _tables
+except ImportError:  # a tree before the one-kernel tables
+    _tables = None
+
+for mod in (blocked, marginals, forward, beta, traceback, _tables):
+    for name in dir(mod) if mod is not None else ():
         if name.startswith("_") and name.endswith("_kernel"):
             setattr(mod, name, _Timed(getattr(mod, name), name))
 
@@ -73,13 +78,18 @@ def _mark_host():
     """The host-side steps before and between the launches (entry / exit times, ms)."""
     from torch_semimarkov import ops
     from torch_semimarkov.engines.triton import launch, parallel
+    try:
+        from torch_semimarkov.engines.triton import tables
+    except ImportError:  # a tree before the one-kernel tables
+        tables = None
     for mod, names in ((ops, ("check_input_values",)),
                        (launch, ("launch_forward", "launch_backward", "plan_for", "_blk_tiles", "_blk_anchors",
                                  "_blk_segments")),
-                       (parallel, ("linear_period", "linear_duration_tables", "_chunk_state", "forward_offsets",
-                                   "backward_offsets"))):
+                       (parallel, ("linear_period", "linear_duration_tables", "_blocked_period", "_chunk_state",
+                                   "forward_offsets", "backward_offsets")),
+                       (tables, ("duration_tables",))):
         for name in names:
-            if hasattr(mod, name):
+            if mod is not None and hasattr(mod, name):
                 _marked(mod, name)
     if hasattr(launch, "blocked_forward_beta"):
         _marked(launch, "blocked_forward_beta")
