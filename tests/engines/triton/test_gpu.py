@@ -403,36 +403,6 @@ def test_beta_beside_the_forward_is_bitwise_the_usual_backward(monkeypatch):
         assert torch.equal(a, b), name
 
 
-def test_marginals_beside_the_tiles_are_bitwise_one_after_the_other(monkeypatch):
-    """``plan.marg_beside``: the blocked backward's per-position kernel (P_end, the transition
-    marginals) on a second stream beside the marginal tiles (P_start, the duration marginals):
-    the two write different outputs, so log Z and every gradient are bitwise those of one kernel
-    after the other, with one chunk a sequence and with several, and repeat bitwise."""
-    from torch_semimarkov.api.partition import semi_crf_streaming_forward
-    from torch_semimarkov.core.validation import validate_streaming_inputs
-    from torch_semimarkov.engines.triton import launch
-    from torch_semimarkov.engines.triton import plan as plan_mod
-
-    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
-    for B, T in ((6, 900), (2, 6000)):
-        inp = _cuda(make_inputs(B, T, 300, 40, dtype=torch.float32, seed=5, lengths="ragged", proj="both"))
-        v = validate_streaming_inputs(**inp)
-        p = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True)
-        assert p.kind == "mem" and p.marg_beside, p
-        res = {}
-        for on in (False, True, True):
-            monkeypatch.setattr(plan_mod, "MARG_BESIDE", on)
-            d = {k: (x.detach().clone().requires_grad_(True) if k in names else x) for k, x in inp.items()}
-            z = semi_crf_streaming_forward(**d)
-            (z * torch.linspace(0.5, 1.5, B, device="cuda")).sum().backward()
-            out = [z.detach()] + [d[k].grad for k in names]
-            if on in res:
-                assert all(torch.equal(a, b) for a, b in zip(out, res[on])), (B, T)
-            res[on] = out
-        for name, a, b in zip(("log Z",) + names, res[False], res[True]):
-            assert torch.equal(a, b), (B, T, name)
-
-
 def test_longer_chunks_for_beta_beside_a_differentiated_forward(monkeypatch):
     """``plan.BESIDE_SPLIT``: where the blocked forward's chunks fill the GPU (4 sequences of 12,000
     positions: 27 chunks each), a forward that will be differentiated takes chunks twice as long

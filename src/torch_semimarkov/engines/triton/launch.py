@@ -11,15 +11,14 @@ under ``TRITON_INTERPRET=1``). Every kernel is launched by keyword.
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple, Optional
 
 import torch
 
 from torch_semimarkov.engines.torch.reference import feasible, public_score, zero_rows
 from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
-from torch_semimarkov.engines.triton.parallel import (_side_stream, beta_chunked, blocked_forward_beta,
-                                                      forward_chunked, traceback_chunked)
+from torch_semimarkov.engines.triton.parallel import (beta_chunked, blocked_forward_beta, forward_chunked,
+                                                      traceback_chunked)
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
                                                   checkpoint_sizes, make_plan, marginal_chunks, position_chunks,
                                                   seg_label_groups, walk_blocks)
@@ -366,29 +365,17 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
                 s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if not dur_tr:
-        main = side = None
         if tiled:
             wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-            # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
-            pch = position_chunks(B, T, C)
-            wtr = torch.empty((B, pch[1], C, C), device=dev, dtype=torch.float32)
-            if cum_scores.is_cuda and plan.marg_beside:
-                # P_end and the transition marginals share nothing with the tiles but their
-                # inputs: on a second stream beside them (GPU_NOTES 97); every tensor either
-                # touches lives until the current stream has waited for that stream below
-                main, side = torch.cuda.current_stream(dev), _side_stream(dev)
-                side.wait_stream(main)
             _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
-            marg["CH"], marg["NCH"] = pch
+            # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
+            marg["CH"], marg["NCH"] = position_chunks(B, T, C)
         else:
             wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-            wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
-        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            _shared_factored_kernel[(B, marg["NCH"])](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb,
-                                                      K_BLOCK=plan.k_block, ONE_KB=K_eff <= plan.k_block, SEG=not tiled,
-                                                      **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
-        if side is not None:
-            main.wait_stream(side)
+        wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
+        _shared_factored_kernel[(B, marg["NCH"])](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
+                                          ONE_KB=K_eff <= plan.k_block, SEG=not tiled,
+                                          **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
         # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
         g_tr = wtr.sum(1).double()
         g_db = wdb.sum(1).double()

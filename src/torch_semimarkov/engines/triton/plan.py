@@ -100,11 +100,6 @@ BLOCKED_LOG_TOL = 1.6e-5
 #: (:attr:`KernelPlan.beta_early`); None: the plan's own choice.
 BETA_EARLY_OVERRIDE: Optional[bool] = None
 
-#: The blocked engine's backward runs the per-position marginal kernel (P_end, the transition
-#: marginals) on a second CUDA stream beside the marginal tiles, which write the rest
-#: (:attr:`KernelPlan.marg_beside`, GPU_NOTES 97); False: one after the other (A/B switch).
-MARG_BESIDE = True
-
 #: A batch whose chunks would take several waves of programs runs one chunk per sequence where
 #: that is predicted faster (:func:`one_chunk_is_faster`); False: the chunks whatever the waves
 #: (A/B switch).
@@ -203,8 +198,6 @@ class KernelPlan:
         max_bound_phases: the chunk phases (1 spec, 2 fix-up, 3 repair) that test them.
         repair_helpers: helper programs beside each run of the in-order repair (B runs, so more
             than the spec's B·n runs leave room for; :data:`REPAIR_HELPERS`; none for one chunk).
-        marg_beside: the backward's per-position marginal kernel runs on a second CUDA stream
-            beside the marginal tiles (:data:`MARG_BESIDE`; the same outputs either way).
     """
 
     kind: str
@@ -232,7 +225,6 @@ class KernelPlan:
     max_bounds: bool = False
     max_bound_phases: tuple = (1, 2)
     repair_helpers: int = 0
-    marg_beside: bool = False
 
     @property
     def packed_backpointers(self) -> bool:
@@ -553,8 +545,7 @@ def make_plan(
             beta_early=early,
             helpers=blocked_helpers(B, n, C, sms, early, on_cuda),
             repair_helpers=blocked_helpers(B, 1, C, sms, early, on_cuda) if REPAIR_HELPERS and n > 1 else 0,
-            max_bounds=bool(MAX_BOUNDS) and semiring == "max", max_bound_phases=tuple(MAX_BOUND_PHASES),
-            marg_beside=bool(MARG_BESIDE) and on_cuda)
+            max_bounds=bool(MAX_BOUNDS) and semiring == "max", max_bound_phases=tuple(MAX_BOUND_PHASES))
     if time_parallel is None:
         # one program per sequence already fills the GPU at about two per multiprocessor
         parallel = supported and n >= 2 and B < 2 * sms
