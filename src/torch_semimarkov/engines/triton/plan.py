@@ -725,7 +725,7 @@ def dense_tiles(K: int, C: int, factored: bool):
 
 
 def table_tiles(K: int, c_pad: int):
-    """``(CB, KB, warps)`` of the duration tables' one kernel (``tables.py``): 32 labels a program
-    (two programs for C = 47), 64 durations a step (a (64, 32) float64 tile over 4 warps)."""
-    cb = min(32, next_pow2(c_pad))
-    return cb, max(1, min(64, 4096 // cb, next_pow2(K))), 4
+    """``(CB, KB, warps)`` of the duration tables' one kernel (``tables.py``): 32 labels and 32
+    rows of ED a program (64 programs at K = 960, C = 47), each with eight (32, 32) running
+    statistics over the durations, 32 a step, over 4 warps."""
+    return min(32, next_pow2(c_pad)), max(1, min(32, next_pow2(K))), 4
