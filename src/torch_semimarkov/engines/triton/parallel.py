@@ -555,10 +555,10 @@ def _side_stream(dev):
 
 
 def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan):
-    """The blocked engine's forward and beta recurrences side by side (``plan.beta_early``): the
-    forward's launches on the current CUDA stream, each followed at once by beta's same phase on a
-    second one, so that neither waits for the host to prepare the other's three phases
-    (GPU_NOTES 96, 97); the duration tables and the linear sums' period (a device
+    """The blocked engine's forward and beta recurrences side by side (``plan.beta_early``): beta's
+    launches on a second CUDA stream, each followed at once by the forward's same phase on the
+    current one, so that the forward does not wait for the host to prepare it after beta's
+    launches (GPU_NOTES 96); the duration tables and the linear sums' period (a device
     synchronisation) are made once, before either, and the rows of both go into one
     (3, B, T+1, C) tensor (alpha_hat, U_hat, Y_hat), so that no copy joins them. On the CPU (the
     interpreter) the launches run in the same interleaved order on one stream; the outputs do not
@@ -589,9 +589,7 @@ def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_st
             t.record_stream(side)
     out = {}
     while len(out) < 2:
-        # the forward first: it runs a little longer than beta (13.8 against 13.7 ms at
-        # (32, 3000, 960, 47)), so the later of the two ends sooner (GPU_NOTES 97)
-        for name, gen, stream in (("forward", fwd, None), ("beta", bwd, side)):
+        for name, gen, stream in (("beta", bwd, side), ("forward", fwd, None)):
             if name in out:
                 continue
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
