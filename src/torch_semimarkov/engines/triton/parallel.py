@@ -239,7 +239,8 @@ def dense_durations(duration_bias: torch.Tensor, K: int) -> bool:
     """Whether every label's duration bias is possible at every duration 1..K and spans at most
     ``LINEAR_SPREAD`` nats: then a linear-space block sum holds its largest row's term at no less
     than e^-50 of the shift (no underflow), and the blocked kernel uses it by default (one shift
-    per label, ``PERIOD = 1``). One small reduction and a device synchronisation per launch."""
+    per label, ``PERIOD = 1``). The reference of the per-label flags that the blocked engine reads
+    from its tables kernel (``tables.duration_tables``); a reduction and a synchronisation."""
     d = duration_bias[:K]
     lo, hi = d.amin(0), d.amax(0)
     return bool(((lo > -1e29) & (hi - lo <= LINEAR_SPREAD)).all())
@@ -320,7 +321,9 @@ def linear_period(duration_bias: torch.Tensor, K: int, setting=None) -> int:
 def linear_duration_tables(duration_bias: torch.Tensor, plan: KernelPlan, pad: Optional[int] = None,
                            trend: bool = False):
     """The duration tables of the blocked kernel's linear-space block sums (``blocked._tile_linear``)
-    and marginal tiles (``marginals._blk_seg_kernel``, ``pad`` its BK):
+    and marginal tiles (``marginals._blk_seg_kernel``, ``pad`` its BK), in PyTorch: the engine
+    makes them with ``tables.duration_tables`` (one kernel, bitwise these) except with the trend
+    (PERIOD 3), and tests check that kernel against this:
     ``ED (K + pad, C_PAD) float32 = exp(D[k-1, c] - lam_c·k - MD_c)`` (``pad`` = BT + RB of the
     linear tile by default; zero for impossible entries, past K and on padded labels),
     ``(2, C_PAD) float32``: ``MD_c`` the largest possible
@@ -374,8 +377,9 @@ def max_bound_table(duration_bias: torch.Tensor, K: int, bt: int) -> torch.Tenso
 
 
 def _blocked_period(duration_bias, plan: KernelPlan, semiring: str, masks, shared: dict) -> int:
-    """The blocked kernel's linear-sum ``PERIOD`` (0: log-space sums), once per ``shared`` dict
-    (one device synchronisation: ``linear_period``)."""
+    """The blocked kernel's linear-sum ``PERIOD`` (0: log-space sums), once per ``shared`` dict:
+    by default (``plan.linear`` None) from the dense flags of the one tables kernel (whose tables
+    it keeps in ``shared`` for PERIOD 1), one small read; else ``linear_period``."""
     if masks is not None or semiring == "max":
         return 0
     if "period" not in shared:
@@ -410,16 +414,22 @@ def _blocked_split(plan: KernelPlan, period: int, C: int):
 
 
 def _blocked_tables(duration_bias, plan: KernelPlan, period: int, C: int, shared: dict):
-    """The linear sums' duration tables ``(ED, MD, ranges)`` (``linear_duration_tables``, padded
-    for the launch's tile and helpers), once per ``shared`` dict."""
+    """The linear sums' duration tables ``(ED, MD, ranges)`` (``tables.duration_tables``; with the
+    trend, PERIOD 3, ``linear_duration_tables``), padded for the launch's tile and helpers, once per
+    ``shared`` dict."""
     if "tables" not in shared:
         if period == 3:  # the trend taken out: the PyTorch tables
-            (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
-            shared["tables"] = linear_duration_tables(duration_bias, plan, pad=(2 if helpers or rhelp else 1) * bt + rb,
-                                                      trend=True)
+            shared["tables"] = linear_duration_tables(duration_bias, plan, pad=_table_pad(plan, period, C), trend=True)
         else:
             shared["tables"] = _tables_for(duration_bias, plan, period, C)[:3]
     return shared["tables"]
+
+
+def _table_pad(plan: KernelPlan, period: int, C: int) -> int:
+    """Rows of ``ED`` past K of a blocked launch with ``period``'s tile: BT + RB, and one BT more
+    where helpers run."""
+    (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
+    return (2 if helpers or rhelp else 1) * bt + rb
 
 
 def _tables_for(duration_bias, plan: KernelPlan, period: int, C: int):
@@ -427,8 +437,7 @@ def _tables_for(duration_bias, plan: KernelPlan, period: int, C: int):
     a blocked launch of linear sums with ``period``'s tile and helpers."""
     from torch_semimarkov.engines.triton.tables import duration_tables
 
-    (bt, rb, _), (helpers, *_), (rhelp, *_) = _blocked_split(plan, period, C)
-    return duration_tables(duration_bias, plan.K, plan.c_pad, (2 if helpers or rhelp else 1) * bt + rb, LINEAR_SPREAD)
+    return duration_tables(duration_bias, plan.K, plan.c_pad, _table_pad(plan, period, C), LINEAR_SPREAD)
 
 
 def _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
