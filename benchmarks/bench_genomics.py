@@ -15,7 +15,9 @@ lengths; ``bench_parallel.make_inputs``), this script records:
 * ``fixups``: positions the fix-ups ran (forward, Viterbi forward, beta) and repaired chunks;
 * ``gene``: the same on a gene-grammar model (``--gene-inputs``: a GHMM over ``GeneGrammar``,
   C = 47, K = 960, on real ``genes.gb.test`` loci, made by ``.gpu/make_gene_inputs.py``);
-* ``sweep``: forward time against K·C at B·T = 16 x 10^4, C = 47, both engines (for the plot).
+* ``sweep``: forward time against K·C at B·T = 16 x 10^4, C = 47, both engines (for the plot);
+* ``kcc``: ``engines`` for a (K, C, C) transition (``KCC_SHAPES``; ``--kcc-shapes`` picks some): the
+  chunked direct recurrence against one program per sequence.
 
     python benchmarks/bench_genomics.py --out results/gpu_h200_genomics.json [--quick]
 """
@@ -47,6 +49,9 @@ SHAPES = [  # (B, T, K, C), issue targets in ms (forward, forward+backward, Vite
     ((1, 100_000, 4000, 47), (120, None, None)),
 ]
 SWEEP_K = [128, 256, 512, 960, 2000]
+#: (K, C, C) transitions (``bench_parallel.make_inputs(kcc=True)``): states of more than 16,384
+#: padded K·C values once ran one program per sequence; they now run the chunked direct recurrence
+KCC_SHAPES = [(1, 20_000, 500, 47), (4, 20_000, 960, 47), (1, 100_000, 960, 47)]
 
 
 def log(*a):
@@ -148,6 +153,7 @@ def main():
     ap.add_argument("--gene-inputs", default=None)
     ap.add_argument("--only", default=None, help="comma-separated sections")
     ap.add_argument("--shapes", default=None, help="engines: comma-separated indices into SHAPES (default: all)")
+    ap.add_argument("--kcc-shapes", default=None, help="kcc: comma-separated indices into KCC_SHAPES (default: all)")
     opts = ap.parse_args()
     only = set(opts.only.split(",")) if opts.only else None
     rate = exp_rate()
@@ -209,6 +215,15 @@ def main():
         report["gene"] = r
         log("gene", r)
         save()
+    if only is not None and "kcc" in only:  # not by default: the old engine's (K, C, C) forwards take seconds
+        report["kcc"] = []
+        picked = [KCC_SHAPES[int(i)] for i in opts.kcc_shapes.split(",")] if opts.kcc_shapes else KCC_SHAPES
+        for B, T, K, C in picked:
+            log(f"kcc {(B, T, K, C)}")
+            r = time_both(B, T, K, C, opts, inputs=make_inputs(B, T, K, C, kcc=True) + (None, None))
+            r["exp_floor_ms"] = 1e3 * B * T * K * C * C / rate
+            report["kcc"].append(r)
+            save()
     if only is None or "sweep" in only:
         report["sweep"] = []
         B, T, C = 16, 10_000, 47

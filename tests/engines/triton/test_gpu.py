@@ -28,6 +28,7 @@ CASES = [
     (2, 5000, 200, 9, None, "end", False),
     (3, 80, 6, 5, "ragged", "both", True),
     (2, 3000, 300, 40, "ragged", "both", False),  # a 512 x 64 ring: the blocked engine (parallel)
+    (2, 3000, 520, 17, "ragged", "both", True),  # a 1024 x 32 (K, C, C) state: two chunks (parallel)
 ]
 IDS = [case_id(B, T, K, C, lens or "", proj if proj != "none" else "", "KCC" if kcc else "")
        for B, T, K, C, lens, proj, kcc in CASES]

@@ -41,9 +41,15 @@ def test_duration_transitions_run_parallel_over_time_under_the_same_rule():
     assert p.chunk >= 4 * 32 and 400 <= p.n_chunks <= 600
     assert not make_plan(1024, 1000, 100, 24, duration_transitions=True).time_parallel  # the batch fills the GPU
     assert not make_plan(8, 100, 32, 8, duration_transitions=True).time_parallel  # one chunk
-    # a state too large for the time-parallel engine (K_PAD x C_PAD > 16384) stays sequential
-    p = make_plan(1, 100_000, 500, 64, duration_transitions=True)
-    assert not p.time_parallel and p.kind == "dur" and not p.packed_backpointers
+    # the state lives in memory: many labels run chunked too (gene grammars, K_PAD x C_PAD = 65536)
+    for B, T, K, C in [(1, 100_000, 500, 64), (4, 100_000, 960, 47), (16, 20_000, 960, 47)]:
+        p = make_plan(B, T, K, C, duration_transitions=True)
+        assert p.time_parallel and p.kind == "dur" and p.packed_backpointers and p.n_chunks >= 2
+        assert p.chunk >= 4 * K
+    # sequences shorter than two chunks of 4·K keep one program each
+    assert not make_plan(32, 3000, 960, 47, duration_transitions=True).time_parallel
+    # K_PAD > 1024: the fix-up's offset intervals would not fit in registers
+    assert not make_plan(1, 100_000, 2000, 47, duration_transitions=True).time_parallel
 
 
 def test_rings_too_large_for_registers_run_the_blocked_engine():

@@ -23,12 +23,11 @@ from torch_semimarkov.engines.triton.common import next_pow2
 REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 
 #: Largest K_PAD of the time-parallel (K, C, C) engine: its fix-up keeps one offset interval per
-#: row of the K-row state in registers (two float64 per row).
+#: row of the K-row state in registers (two float64 per row). Its state (the last K alpha rows)
+#: and the two end states each chunk saves live in memory, so the labels set no limit: a step
+#: takes (C_PAD, C_PAD) tiles of the transition, as the sequential kernel's does, and with chunks
+#: of at least 4·K the saved end states (2·K·C values a chunk) stay below the stored rows (T·C).
 DUR_PARALLEL_MAX_K = 1024
-
-#: Largest padded state (K_PAD x C_PAD) of the time-parallel (K, C, C) engine: the state (the last
-#: K alpha rows) lives in memory, but every chunk keeps two saved end states of K·C values.
-DUR_PARALLEL_ELEMENTS = 16384
 
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
@@ -492,8 +491,8 @@ def make_plan(
     par_warps = num_warps
     if duration_transitions:
         par_warps = par_warps or 4
-        supported = k_pad <= DUR_PARALLEL_MAX_K and k_pad * c_pad <= DUR_PARALLEL_ELEMENTS
-        limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} and K_PAD x C_PAD <= {DUR_PARALLEL_ELEMENTS} for a (K, C, C) transition"
+        supported = k_pad <= DUR_PARALLEL_MAX_K
+        limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} for a (K, C, C) transition"
     else:
         if par_warps is None:
             par_warps = ring_warps(k_pad, c_pad)
