@@ -139,7 +139,9 @@ class SemiMarkovCRFHead(nn.Module):
         validate: check values that need a device-to-host transfer (default True): the engine's
             inputs (one transfer), a ``mask``'s prefix form, gold labels in range, and that no loss
             is infinite unless ``zero_infinity``. ``False`` skips all of them, so a training step
-            never synchronises with the GPU (and ``torch.compile`` captures it whole); wrong
+            never synchronises with the GPU (and ``torch.compile`` captures it whole; the one
+            exception: the blocked engine of rings above 16,384 K·C values reads one flag of its
+            duration tables per forward, docs/guide.md §11); wrong
             inputs then give wrong (or infinite) losses instead of errors. An attribute: set
             ``head.validate = False`` after a first checked batch. NaN in the projected scores is
             reported by the engine's check (``TORCH_SEMIMARKOV_DEBUG=1`` checks it in the head too).

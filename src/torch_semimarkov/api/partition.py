@@ -67,7 +67,9 @@ def semi_crf_streaming_forward(
             ``"torch"``; naming one that cannot run here raises ``ValueError``.
         validate: check the values (NaN/Inf, magnitudes, lengths in [1, T]) inside the engine's
             operator, with one device-to-host transfer (default True). ``False`` skips them and
-            the transfer (no host synchronisation at all); bad values then give wrong results.
+            the transfer (no host synchronisation, except one small read per forward of the
+            blocked engine for rings of more than 16,384 K·C values: which block sums its duration
+            bias allows); bad values then give wrong results.
             Shapes, dtypes and devices are always checked (that reads no data).
         label_mask: optional (B, T, C) bool, partial labels: position t may only carry the labels
             marked True. The result is then log Z (or the best score) of the allowed segmentations.
