@@ -11,12 +11,13 @@ import torch
 from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi
 
 
-def random_model(B, T, K, C, seed=0):
-    """``(cum_scores, transition, duration_bias, lengths)`` on the GPU, the first three leaves."""
+def random_model(B, T, K, C, seed=0, kcc=False):
+    """``(cum_scores, transition, duration_bias, lengths)`` on the GPU, the first three leaves
+    (``kcc``: a (K, C, C) transition)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(B, T, C, device="cuda", generator=g) * 0.5
     cum = torch.nn.functional.pad(x.cumsum(1), (0, 0, 1, 0)).requires_grad_()
-    tr = (torch.randn(C, C, device="cuda", generator=g) * 0.3).requires_grad_()
+    tr = (torch.randn(*((K,) if kcc else ()), C, C, device="cuda", generator=g) * 0.3).requires_grad_()
     db = (torch.randn(K, C, device="cuda", generator=g) * 0.3).requires_grad_()
     return cum, tr, db, torch.full((B,), T, device="cuda")
 

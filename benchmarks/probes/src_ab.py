@@ -9,7 +9,8 @@ with A's (bitwise, else the largest difference relative to A's largest value).
 
 With several trees after A (B, C, ...) each is compared with A (``max_rel_diff`` then holds one
 entry per tree). ``AB_PARTS`` (default ``fwd,fwdbwd,viterbi``) leaves out what a change cannot
-touch (its cold compilation costs device time).
+touch (its cold compilation costs device time). ``AB_KCC=1``: a (K, C, C) transition; ``AB_RUNS``
+(default 5) and ``AB_WARM`` (default 2): timed and warm-up calls a part and round.
 """
 import json
 import os
@@ -35,7 +36,7 @@ def worker(shapes, runs, out):
     res, outs = {}, {}
     for shape in shapes.split(";"):
         B, T, K, C = (int(x) for x in shape.split(","))
-        cum, tr, db, lengths = random_model(B, T, K, C)
+        cum, tr, db, lengths = random_model(B, T, K, C, kcc=os.environ.get("AB_KCC") == "1")
 
         def timed(fn):
             torch.cuda.synchronize()
@@ -54,7 +55,7 @@ def worker(shapes, runs, out):
         parts = {"fwd": fwd, "fwdbwd": fb, "viterbi": vit}
         parts = {k: parts[k] for k in os.environ.get("AB_PARTS", "fwd,fwdbwd,viterbi").split(",")}
         t = {k: [] for k in parts}
-        for _ in range(2):
+        for _ in range(int(os.environ.get("AB_WARM", "2"))):
             last = {k: fn() for k, fn in parts.items()}
         for _ in range(runs):
             for k, fn in parts.items():
@@ -83,7 +84,7 @@ def main():
             for name, src in trees:
                 path = os.path.join(tmp, f"{name}{r}.pt")
                 env = dict(os.environ, PYTHONPATH=os.path.abspath(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-                subprocess.run([sys.executable, __file__, "--worker", shapes, "5", path], env=env, check=True)
+                subprocess.run([sys.executable, __file__, "--worker", shapes, os.environ.get("AB_RUNS", "5"), path], env=env, check=True)
                 d = torch.load(path)
                 for shape, t in d["times"].items():
                     for k, v in t.items():

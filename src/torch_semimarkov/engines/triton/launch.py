@@ -20,7 +20,8 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, next_pow2
 from torch_semimarkov.engines.triton.parallel import (beta_chunked, blocked_forward_beta, forward_chunked,
                                                       traceback_chunked)
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
-                                                  checkpoint_sizes, make_plan, marginal_chunks, position_chunks,
+                                                  checkpoint_sizes, duration_marginal_chunks, make_plan, marginal_chunks,
+                                                  position_chunks,
                                                   seg_label_groups, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
@@ -304,7 +305,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
     dur_tr = plan.kind == "dur"
-    ch, nch = marginal_chunks(B, T, C, K_eff * C * C if dur_tr else K_eff * C + C * C)
+    ch, nch = duration_marginal_chunks(B, T, K_eff, C) if dur_tr else marginal_chunks(B, T, C, K_eff * C + C * C)
     inputs = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, C=C, K=K_eff,
                   s_cum_b=T1 * C)
     if early is not None:
@@ -380,7 +381,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         g_tr = wtr.sum(1).double()
         g_db = wdb.sum(1).double()
     else:
-        wtr = torch.zeros((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
+        # every program stores all K blocks of its chunk's workspace (zeros where it has no segment)
+        wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
         _shared_duration_tr_kernel[(B, nch)](**marg, ps_ptr=ps, wtr_ptr=wtr, HAS_PS=proj_start is not None)
         g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)

@@ -556,24 +556,29 @@ if HAS_TRITON:
                 z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
             z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
             tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
-        for s in range(s0, s1):
-            lzs = anchor_log_z(anc_b, s, L, A)
-            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
-            fs = tl.load(f_b + s)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-            base = tl.zeros([C_PAD], dtype=tl.float32)
-            if HAS_PS:
-                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            pst = tl.zeros([C_PAD], dtype=tl.float32)
-            for k in range(1, tl.minimum(L - s, K) + 1):
+        # durations outside, starts inside: each duration's (C, C) transition tile is loaded once
+        # and its workspace block summed in registers and stored once a chunk (not read and written
+        # at every start); P_start (zero-initialised) gathers its row's terms in the same order as
+        # a loop over durations inside would (k = 1, 2, ...), so the sums are the same bitwise
+        for k in range(1, K + 1):
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
+            dbk = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            acc = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
+            for s in range(s0, tl.minimum(s1, L - k + 1)):
+                lzs = anchor_log_z(anc_b, s, L, A)
+                av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+                fs = tl.load(f_b + s)
+                s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+                base = tl.zeros([C_PAD], dtype=tl.float32)
+                if HAS_PS:
+                    base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
                 xv = tl.load(x_b + (s + k) * C + oc, mask=mc, other=MASK)
                 dk = (tl.load(g_b + s + k) + fs - lzs).to(tl.float32)
                 dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
-                col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-                trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
-                p = tl.where(m2c, tl.exp(av[:, None] + trk.to(tl.float32) + col[None, :]), 0.0)
-                pst += tl.sum(p, 0)
-                # this program alone owns this workspace block; same layout for load and store
-                ptrs = wtr_b + (k - 1) * C * C + oc[:, None] * C + oc[None, :]
-                tl.store(ptrs, tl.load(ptrs, mask=m2c, other=0.0) + p, mask=m2c)
-            tl.store(pst_b + s * C + oc, pst, mask=mc)
+                col = base + xv + dk + dbk
+                p = tl.where(m2c, tl.exp(av[:, None] + trk + col[None, :]), 0.0)
+                acc += p
+                # this program alone owns row s; the same threads load and store it
+                pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+            tl.store(wtr_b + (k - 1) * C * C + oc[:, None] * C + oc[None, :], acc, mask=m2c)

@@ -634,13 +634,31 @@ def label_pad(C: int, least: int = 2) -> int:
     return max(least, next_pow2(C))
 
 
-def marginal_chunks(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32):
+def marginal_chunks(B: int, T: int, C: int, ws_per_chunk: int, min_programs: int = 2048, min_chunk: int = 32,
+                    budget: int = 0):
     """``(chunk length, chunk count)`` of the per-position marginal kernels: enough programs to
     fill a GPU, and a per-chunk workspace (``ws_per_chunk`` floats per sequence and chunk) of at
-    most twice the size of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K."""
-    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), (2 * (T + 1) * C) // ws_per_chunk))
+    most twice the size of the (B, T, C) marginals, so that peak memory stays O(B·T·C) for any K
+    (or of at most ``budget`` floats in all, where that allows more chunks)."""
+    cap = max(2 * (T + 1) * C, budget // max(B, 1))
+    n = max(1, min(-(-T // min_chunk), -(-min_programs // B), cap // ws_per_chunk))
     ch = -(-T // n)
     return ch, -(-T // ch)
+
+
+#: Floats of workspace the (K, C, C) marginal kernel may take over the (B, T, C) bound of
+#: :func:`marginal_chunks` (256 MB): its workspace is a (K, C, C) block a chunk (8.5 MB at K = 960,
+#: C = 47), so that bound gave gene-grammar sizes one chunk a sequence (one program ran all of
+#: (1, 20000, 500, 47)'s marginals: 45 s on an H200, GPU_NOTES 98).
+DUR_MARGINAL_WORKSPACE = 1 << 26
+
+
+def duration_marginal_chunks(B: int, T: int, K_eff: int, C: int):
+    """``(chunk length, chunk count)`` of the (K, C, C) marginal kernel
+    (``marginals._shared_duration_tr_kernel``): :func:`marginal_chunks` with a (K, C, C) workspace
+    a chunk, allowed up to :data:`DUR_MARGINAL_WORKSPACE` floats in all where the (B, T, C) bound
+    would give fewer chunks."""
+    return marginal_chunks(B, T, C, K_eff * C * C, budget=DUR_MARGINAL_WORKSPACE)
 
 
 def position_chunks(B: int, T: int, C: int):
