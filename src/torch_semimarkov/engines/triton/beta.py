@@ -373,12 +373,7 @@ if HAS_TRITON:
         k_lim = tl.minimum(L - s, K)
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
-        # the transition tiles one iteration early, as the forward's ``dur_step`` (k_lim >= 1)
-        trk_n = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
         for k in range(1, k_lim + 1):
-            trk = trk_n
-            trk_n = tl.load(tr_ptr + tl.minimum(k, k_lim - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c,
-                            other=MASK)
             t = s + k
             if RESTORE:
                 own = t <= b0
@@ -393,6 +388,7 @@ if HAS_TRITON:
             dk = (gt - G).to(tl.float32)
             dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
             col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
             y = trk.to(tl.float32) + col[None, :]
             nm = tl.maximum(run_m, tl.max(y, 1))
             run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)

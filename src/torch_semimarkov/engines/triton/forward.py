@@ -647,13 +647,7 @@ if HAS_TRITON:
         if IS_MAX:
             run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
-        # each duration's (C, C) transition tile is loaded one iteration early (it does not depend
-        # on the loop): its latency overlaps the previous duration's arithmetic (k_lim >= 1)
-        trk_n = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
         for k in range(1, k_lim + 1):
-            trk = trk_n
-            trk_n = tl.load(tr_ptr + tl.minimum(k, k_lim - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2,
-                            other=MASK)
             s = t - k
             row = s % R
             # shape: (C_PAD src,) alpha_hat_s in the current frame
@@ -671,6 +665,7 @@ if HAS_TRITON:
             base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
             if HAS_PS:
                 base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
             x = av[:, None] + trk.to(tl.float32) + base[None, :]
             bm = tl.max(x, 0)
             if IS_MAX:
