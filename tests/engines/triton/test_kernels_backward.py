@@ -86,6 +86,18 @@ def test_forbidden_transitions_and_long_sequence_backward(ring, engine, monkeypa
     assert bool(torch.isfinite(g_db).all())
 
 
+def test_duration_transition_marginals_over_chunks_match_oracle():
+    """The (K, C, C) marginal kernel (durations outside, starts inside) over several chunks of
+    starts, one sequence ending inside the first: every marginal against the oracle."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+
+    case = (2, 70, 12, 4, [70, 17], "both", True)
+    assert plan_mod.duration_marginal_chunks(2, 70, 12, 4)[1] == 3
+    inp = inputs(case, seed=4)
+    z, out = run_backward(validated(inp), "sequential")
+    _check_against_oracle(inp, z, out)
+
+
 @pytest.mark.covering(strength=1)  # the interpreter runs 2 of the 4: each model and each transition shape
 @pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
 @pytest.mark.parametrize("kind", ["cyclic", "frame"])

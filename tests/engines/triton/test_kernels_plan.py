@@ -112,6 +112,14 @@ def test_the_launch_choices_around_the_recurrences():
     ch, n = plan_mod.marginal_chunks(4, 100_000, 47, 960 * 47 + 47 * 47)
     assert ch * n >= 100_000 and n * (960 * 47 + 47 * 47) <= 2 * 100_001 * 47
     assert plan_mod.marginal_chunks(1, 10, 3, 1) == (10, 1)
+    # (K, C, C) marginals: a (K, C, C) block a chunk; the (B, T, C) bound alone left one chunk a
+    # sequence at gene-grammar sizes, the 256 MB budget gives many, and small sizes are unchanged
+    K, C = 500, 47
+    assert plan_mod.marginal_chunks(1, 20_000, C, K * C * C)[1] == 1
+    ch, n = plan_mod.duration_marginal_chunks(1, 20_000, K, C)
+    assert ch * n >= 20_000 and n >= 32 and n * K * C * C <= plan_mod.DUR_MARGINAL_WORKSPACE
+    for B, T, K, C in [(3, 80, 6, 5), (2, 150, 12, 4), (512, 2000, 20, 8)]:
+        assert plan_mod.duration_marginal_chunks(B, T, K, C) == plan_mod.marginal_chunks(B, T, C, K * C * C)
     # the anchors: about two programs per multiprocessor, at most 16 an anchor
     assert plan_mod.anchor_splits(4, 34, None) == 2 and plan_mod.anchor_splits(1, 2, None) == 16
     assert plan_mod.dense_tiles(10, 5, True) == (8, 8, 16) and plan_mod.dense_tiles(10, 5, False) == (8, 8, 16)
