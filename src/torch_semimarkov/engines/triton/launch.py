@@ -21,8 +21,7 @@ from torch_semimarkov.engines.triton.parallel import (beta_chunked, blocked_forw
                                                       traceback_chunked)
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
                                                   checkpoint_sizes, duration_marginal_chunks, make_plan, marginal_chunks,
-                                                  position_chunks,
-                                                  seg_label_groups, walk_blocks)
+                                                  position_chunks, seg_label_groups, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
 
