@@ -6,6 +6,8 @@ For each size (B, T, K, C) it times, on one device and with the same random mode
 * ``fwd_bwd``: the engine's log Z and its gradients;
 * ``topk5``: ``semi_crf_streaming_topk(k=5)``;
 * ``sample16``: ``semi_crf_streaming_sample(num_samples=16)``;
+* ``sample16_torch``: the same on the PyTorch path (``backend="torch"``, float64), what a (K, C, C)
+  transition ran before the engine's end-node walk;
 * ``entropy_grad``: ``semi_crf_streaming_entropy`` and its gradient;
 * ``entropy``: its value alone (under ``torch.no_grad()``: the engine on CUDA);
 * ``masked_fwd_bwd``: log Z of a partially labelled batch (``label_mask`` + ``boundary_mask``) and
@@ -16,7 +18,9 @@ entropy+grad / fwd+bwd <= 2, masked / unmasked fwd+bwd <= 1.1). Engine timings a
 ``--repeat`` runs after a warm-up; the PyTorch-path functions (a Python loop over T) run
 ``--repeat-slow`` times (default 1) after a warm-up at T = 200.
 
-Usage: ``python benchmarks/bench_distribution.py [--device cuda] [--sizes 16,10000,100,24 ...] [--out F]``
+``--kcc``: a (K, C, C) transition (a transition per duration) instead of (C, C).
+
+Usage: ``python benchmarks/bench_distribution.py [--device cuda] [--sizes 16,10000,100,24 ...] [--kcc] [--out F]``
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ def _time(fn, device, repeat):
     return statistics.median(times)
 
 
-def _problem(B, T, K, C, device, seed=0):
+def _problem(B, T, K, C, device, seed=0, kcc=False):
     g = torch.Generator().manual_seed(seed)
     scores = torch.randn(B, T, C, generator=g) * 0.5
     cum = torch.nn.functional.pad(scores.cumsum(1), (0, 0, 1, 0)).to(device)
-    tr = (torch.randn(C, C, generator=g) * 0.5).to(device)
+    tr = (torch.randn(*((K, C, C) if kcc else (C, C)), generator=g) * 0.5).to(device)
     db = (torch.randn(K, C, generator=g) * 0.5).to(device)
     lengths = torch.full((B,), T, dtype=torch.long).to(device)
     # partial labels: every 50th position's label is known and a boundary at every 500th position
@@ -71,11 +75,11 @@ def _without_selection_kernel(fn):
         kbest.SELECTION_KERNEL = before
 
 
-def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
+def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False):
     from torch_semimarkov import (semi_crf_streaming_entropy, semi_crf_streaming_forward,
                                   semi_crf_streaming_sample, semi_crf_streaming_topk, semi_crf_streaming_viterbi)
 
-    cum, tr, db, lengths, lm, bm = _problem(B, T, K, C, device)
+    cum, tr, db, lengths, lm, bm = _problem(B, T, K, C, device, kcc=kcc)
 
     def fwd_bwd(**masks):
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
@@ -89,8 +93,8 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         with torch.no_grad():
             semi_crf_streaming_entropy(cum, tr, db, lengths, K)
 
-    def sample():
-        semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16,
+    def sample(backend="auto"):
+        semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16, backend=backend,
                                   generator=torch.Generator(device=device).manual_seed(0))
 
     jobs = {
@@ -104,6 +108,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
             lambda: semi_crf_streaming_topk(cum, tr, db, lengths, K, k=5)), repeat if device.type == "cuda" else 0),
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
+        "sample16_torch": (lambda: sample("torch"), repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),
         "entropy": (entropy, repeat if device.type == "cuda" else repeat_slow),
         # masks on the engine for CUDA tensors (segment limits read by its kernels)
@@ -117,7 +122,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None):
         fn()  # warm-up (compiles kernels on first use)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
-    for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
+    for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("sample16_torch", "sample16"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
                        ("masked_fwd_bwd", "fwd_bwd")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]
@@ -133,6 +138,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat-slow", type=int, default=1)
     p.add_argument("--only", default=None,
                    help="comma-separated functions to time besides viterbi and fwd_bwd (default: all)")
+    p.add_argument("--kcc", action="store_true", help="a (K, C, C) transition instead of (C, C)")
     p.add_argument("--out", default="bench_distribution.json")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -150,9 +156,9 @@ def main(argv=None) -> int:
         log(f"B={B} T={T} K={K} C={C}")
         # warm-up of the PyTorch-path functions at a small T
         only = set(args.only.split(",")) if args.only else None
-        run_size(min(B, 2), 200, K, C, device, 1, 1, lambda m: None, only)
-        results.append(dict(B=B, T=T, K=K, C=C, **run_size(B, T, K, C, device, args.repeat, args.repeat_slow, log,
-                                                           only)))
+        run_size(min(B, 2), 200, K, C, device, 1, 1, lambda m: None, only, args.kcc)
+        results.append(dict(B=B, T=T, K=K, C=C, kcc=args.kcc,
+                            **run_size(B, T, K, C, device, args.repeat, args.repeat_slow, log, only, args.kcc)))
     with open(args.out, "w") as f:
         json.dump(dict(device=name, torch=torch.__version__, results=results), f, indent=1)
     log(f"wrote {args.out}")

@@ -311,12 +311,14 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 @pytest.mark.parametrize("direct,masked,device", [(False, False, "cpu"), (True, False, "cpu"), (False, True, "cpu"),
-                                                  pytest.param(False, False, "cuda", marks=CUDA)])
+                                                  pytest.param(False, False, "cuda", marks=CUDA),
+                                                  pytest.param(True, False, "cuda", marks=CUDA)])
 def test_samples_follow_the_exact_distribution(direct, masked, device):
     """Chi-square goodness of fit of 20,000 samples per sequence against the enumerated
     probabilities (bins with expected count < 5 merged). Threshold: p > 1e-4, so a correct sampler
     fails with probability 1e-4 per sequence; the seed is fixed, so the outcome is reproducible.
-    On CUDA the samples come from the engine (float32 forward, the chunked kernel walk)."""
+    On CUDA the samples come from the engine (float32 forward, the chunked kernel walk; for a
+    (K, C, C) transition, ``direct``, the end-node walk)."""
     kw, _ = _inputs(15, T=5, K=3, C=2, direct=direct, proj=True)
     B, T1, C = kw["cum_scores"].shape
     masks = _masks(16, B, T1 - 1, C, free=0.6) if masked else (None, None)

@@ -13,16 +13,18 @@ from torch_semimarkov.engines.select import engine_choice, route
 
 
 def _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, label_mask,
-               boundary_mask, validate=True, backend="auto", use_triton=True, unmasked_kernels=None):
+               boundary_mask, validate=True, backend="auto", use_triton=True, unmasked_kernels=None,
+               any_transition=False):
     """``(inputs, label_mask, boundary_mask, engine)``: the checked inputs and masks, and whether
     the call may (``"may"``) or must (``"must"``) run on the engine's kernels, or not (``"no"``).
 
     ``unmasked_kernels``: for a call whose kernels take no masks, what they do (``"samples"``,
-    ``"runs k-best lists"``): ``backend="triton"`` with a mask then raises ``ValueError``."""
+    ``"runs k-best lists"``): ``backend="triton"`` with a mask then raises ``ValueError``.
+    ``any_transition``: the call's kernels take a (K, C, C) transition too (sampling)."""
     inp = validate_streaming_inputs(cum_scores, transition, duration_bias, lengths, K, "log", proj_start, proj_end,
                                     check_values=validate or debug_checks(), label_mask=label_mask,
                                     boundary_mask=boundary_mask)
-    choice = engine_choice(inp, backend, use_triton)
+    choice = engine_choice(inp, backend, use_triton, any_transition)
     masked = inp.label_mask is not None or inp.boundary_mask is not None
     if unmasked_kernels is not None and choice == "must" and masked:
         raise ValueError(f"backend='triton' {unmasked_kernels} without masks only; use backend='auto' or 'torch' "

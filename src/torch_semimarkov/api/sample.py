@@ -43,8 +43,9 @@ def _segment_scores(inp: StreamingInputs, rows: int, starts, ends, labels, offse
 
 
 def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "SegmentationSamples":
-    """Engine sampling: one forward keeping every position's ``alpha_hat`` / ``U_hat`` and
-    frames, then ``num_samples·B`` walks by the chunked, merging walk (``sample_chunked``)."""
+    """Engine sampling: one forward keeping every position's ``alpha_hat`` (and ``U_hat`` for a
+    (C, C) transition) and frames, then ``num_samples·B`` walks by the chunked, merging walk
+    (``sample_chunked``)."""
     from torch_semimarkov.engines.triton import launch, parallel
     from torch_semimarkov.engines.triton.plan import sample_chunk_length
 
@@ -59,8 +60,9 @@ def _sample_on_engine(inp: StreamingInputs, num_samples: int, generator) -> "Seg
     K_eff = min(K, max(T, 1))
     chunk = sample_chunk_length(S * B, T, K_eff, dev)
     c = lambda x: x.contiguous()  # noqa: E731
+    ps = None if inp.proj_start is None else c(inp.proj_start)
     labels, starts, _ = parallel.sample_chunked(saved, frames, c(inp.cum_scores), c(inp.transition),
-                                                c(inp.duration_bias), c(traced), uniforms, K_eff, chunk)
+                                                c(inp.duration_bias), c(traced), uniforms, K_eff, chunk, ps)
     return _samples_result(inp, S, labels, starts, log_z)
 
 
@@ -105,9 +107,9 @@ def semi_crf_streaming_sample(
     duration, by the inverse CDF with two uniforms per position (drawn from ``generator``,
     float64, (S·B, T+1, 2)). The draws are exact (no perturbation, no MCMC). On CPU tensors the
     compiled engine (numba, :mod:`torch_semimarkov.engines.numba.sample`) runs the same walk on the same uniforms, so it
-    returns the same samples as ``backend="torch"``; on CUDA tensors (a (C, C) transition, no
-    masks) the engine's forward and a Triton walk, parallel over samples, sequences and chunks of
-    positions, do the same with float32 uniforms.
+    returns the same samples as ``backend="torch"``; on CUDA tensors (no masks; a (C, C) or
+    (K, C, C) transition) the engine's forward and a Triton walk, parallel over samples, sequences
+    and chunks of positions, do the same with float32 uniforms.
 
     Args:
         cum_scores ... K, proj_start, proj_end: as :func:`~torch_semimarkov.semi_crf_streaming_forward`.
@@ -134,7 +136,8 @@ def semi_crf_streaming_sample(
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                     label_mask, boundary_mask, validate, backend, use_triton, "samples")
+                                     label_mask, boundary_mask, validate, backend, use_triton, "samples",
+                                     any_transition=True)
     with torch.no_grad():
         if choice != "no" and engine_samples(inp, lm, bm):
             return _sample_on_engine(inp, num_samples, generator)

@@ -86,12 +86,14 @@ def _resolve(backend: str, use_triton: bool, is_cuda: bool) -> str:
 
 # ------------------------------------------------ calls beyond the plain log Z (masks, k-best, samples, entropy)
 
-def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool = True) -> str:
+def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool = True,
+                  any_transition: bool = False) -> str:
     """Whether a call beyond the plain log Z / Viterbi / marginals (masks, k-best, samples,
     entropy) runs on the engine's kernels: ``"must"`` (``backend="triton"``: it raises where they
     cannot take the call), ``"may"`` (``"auto"``: where they can, else the float64 PyTorch path) or
     ``"no"`` (``"torch"``, and ``"numba"``, whose compiled engine runs log Z, its gradients,
-    Viterbi and marginals: the rest takes the float64 PyTorch path on the CPU)."""
+    Viterbi and marginals: the rest takes the float64 PyTorch path on the CPU).
+    ``any_transition``: the call's kernels take a (K, C, C) transition too (sampling)."""
     if backend == "triton" and ENGINE_ON_CPU and not inp.cum_scores.is_cuda:
         name = "triton"  # tests: the engine's kernels in Triton's interpreter
     else:
@@ -100,8 +102,8 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
         return "no"
     if backend == "auto":
         return "may" if use_triton else "no"
-    if not engine_takes(inp):
-        raise ValueError("backend='triton' runs masks, k-best lists, samples and the entropy on a (C, C) transition "
+    if not engine_takes(inp, any_transition):
+        raise ValueError("backend='triton' runs masks, k-best lists and the entropy on a (C, C) transition "
                          "only; use backend='auto' or 'torch' for a (K, C, C) transition")
     return "must"
 
@@ -158,17 +160,18 @@ def engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: st
     return plan, masks, inp.proj_start
 
 
-def engine_takes(inp: StreamingInputs) -> bool:
+def engine_takes(inp: StreamingInputs, any_transition: bool = False) -> bool:
     """The engine's kernels can run this call: Triton, CUDA tensors (or :data:`ENGINE_ON_CPU`)
-    and a (C, C) transition."""
+    and a (C, C) transition (or, with ``any_transition``, a (K, C, C) one too)."""
     from torch_semimarkov.engines.triton import HAS_TRITON
-    return HAS_TRITON and (inp.cum_scores.is_cuda or ENGINE_ON_CPU) and not inp.duration_transitions
+    return (HAS_TRITON and (inp.cum_scores.is_cuda or ENGINE_ON_CPU)
+            and (any_transition or not inp.duration_transitions))
 
 
 def engine_samples(inp: StreamingInputs, lm, bm) -> bool:
-    """Sampling runs on the engine (its forward, then the chunked walk of ``engines/triton/traceback.py``)
-    without masks; elsewhere on the PyTorch path."""
-    return lm is None and bm is None and engine_takes(inp)
+    """Sampling runs on the engine (its forward, then the chunked walk of ``engines/triton/traceback.py``;
+    either transition shape) without masks; elsewhere on the PyTorch path."""
+    return lm is None and bm is None and engine_takes(inp, any_transition=True)
 
 
 class Route(NamedTuple):

@@ -204,3 +204,144 @@ def test_public_sampling_on_the_engine_without_a_segmentation(engine_sampling):
     assert (cpu(out.labels)[:, 1] == -1).all()
     assert torch.isinf(cpu(out.log_prob)[:, 1]).all() and torch.isfinite(cpu(out.log_prob)[:, 0]).all()
     assert (cpu(out.num_segments)[:, 0] == 2).all() and (cpu(out.num_segments)[:, 1] == 0).all()
+
+
+# ------------------------------------------------------------- a (K, C, C) transition: end nodes
+
+KCC_CASES = [
+    dict(B=2, T=7, K=3, C=3, proj="both", lengths=None),
+    dict(B=3, T=6, K=4, C=2, proj="start", lengths="ragged"),
+    dict(B=2, T=5, K=7, C=3, proj="none", lengths=None),  # K > T
+    dict(B=2, T=6, K=1, C=3, proj="end", lengths=None),  # K = 1
+]
+
+
+def _kcc_case(i, seed=0):
+    c = dict(KCC_CASES[i])
+    inp = make_inputs(c.pop("B"), c.pop("T"), c.pop("K"), c.pop("C"), dtype=torch.float32, seed=seed,
+                      duration_transitions=True, **c)
+    return validated(inp)
+
+
+def _kcc_step_logits(v, saved, frames, b, t, c, k=None):
+    """Log weights of the two draws from end node (t, c) of a (K, C, C) transition: the segment's
+    duration k = 1..min(K, t) (each summed over the label before it) and, given k, that label (C,)."""
+    tr = cpu(v.transition).double()
+    cum = cpu(v.cum_scores).double()
+    ks = torch.arange(1, min(v.K, v.T, t) + 1)
+    prev = saved[0, b, t - ks] + frames[b, t - ks, None]  # (k, c') alpha of the segment's start
+    x = prev + tr[ks - 1, :, c]
+    z_dur = (torch.logsumexp(x, 1) + cpu(v.duration_bias).double()[ks - 1, c] + cum[b, t, c] - cum[b, t - ks, c])
+    if v.proj_start is not None:
+        z_dur = z_dur + cpu(v.proj_start).double()[b, t - ks, c]
+    if k is None:
+        return z_dur
+    return z_dur, x[k - 1]
+
+
+def _kcc_reference_walk(v, saved, frames, lengths, uniforms):
+    """labels (R, T), starts (R, T) of the plain sequential walk over end nodes, the PyTorch path's
+    draws: the last label with u1 of the end, each duration with u2 of its segment's end, each
+    label before it with u1 of the segment's start."""
+    R, B, T = uniforms.shape[0], v.batch, v.T
+    labels = torch.full((R, T), -1, dtype=torch.long)
+    starts = torch.zeros((R, T), dtype=torch.bool)
+    for r in range(R):
+        b = r % B
+        t = int(lengths[b])
+        if t == 0:
+            continue
+        c = _inverse_cdf(saved[0, b, t], float(uniforms[r, t, 0]))
+        while t > 0:
+            k = _inverse_cdf(_kcc_step_logits(v, saved, frames, b, t, c), float(uniforms[r, t, 1])) + 1
+            _, z_label = _kcc_step_logits(v, saved, frames, b, t, c, k)
+            c_prev = _inverse_cdf(z_label, float(uniforms[r, t - k, 0]))
+            labels[r, t - k:t] = c
+            starts[r, t - k] = True
+            t, c = t - k, c_prev
+    return labels, starts
+
+
+@pytest.mark.parametrize("i", range(len(KCC_CASES)))
+def test_kcc_walk_steps_give_every_segmentation_its_probability(i):
+    """The end-node steps (last label; then duration, label before) from the direct forward's
+    stored rows give every segmentation its model probability."""
+    v = _kcc_case(i, seed=20 + i)
+    saved, frames, log_z = _state(v)
+    assert saved.shape[0] == 1  # the direct recurrence keeps alpha_hat only
+    per_seq = enumerate_segmentations(cpu(v.cum_scores).double(), cpu(v.transition).double(),
+                                      cpu(v.duration_bias).double(), cpu(v.lengths), v.K,
+                                      None if v.proj_start is None else cpu(v.proj_start).double(),
+                                      None if v.proj_end is None else cpu(v.proj_end).double())
+    steps = {}
+
+    def step(b, t, c, k):
+        if (b, t, c) not in steps:
+            steps[b, t, c] = torch.log_softmax(_kcc_step_logits(v, saved, frames, b, t, c), 0)
+        _, z_label = _kcc_step_logits(v, saved, frames, b, t, c, k)
+        return steps[b, t, c][k - 1], torch.log_softmax(z_label, 0)
+
+    for b, (segs, scores) in enumerate(per_seq):
+        assert_close(log_z[b].reshape(1), torch.logsumexp(scores, 0).reshape(1), atol=1e-4, rtol=1e-5)
+        exact = torch.log_softmax(scores.detach(), 0)
+        walked = torch.zeros(len(segs), dtype=F64)
+        L = int(v.lengths[b])
+        last = torch.log_softmax(saved[0, b, L], 0)
+        for j, seg in enumerate(segs):
+            walked[j] = last[seg[-1].label]
+            for n in range(len(seg) - 1, -1, -1):
+                sg = seg[n]
+                dur_lp, label_lp = step(b, sg.end, sg.label, sg.end - sg.start)
+                walked[j] += dur_lp
+                if n > 0:  # the first segment's "label before" is the phantom start: no draw counts
+                    walked[j] += label_lp[seg[n - 1].label]
+        assert_close(walked, exact, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("i", range(len(KCC_CASES)))
+@pytest.mark.parametrize("chunk", [3, 4, 1000])
+def test_kcc_kernel_walk_equals_the_reference_walk(i, chunk):
+    v = _kcc_case(i, seed=30 + i)
+    saved, frames, _ = _state(v)
+    g = torch.Generator().manual_seed(i)
+    uniforms = torch.rand((3 * v.batch, v.T + 1, 2), generator=g)
+    log_z, (dev_saved, dev_frames) = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths,
+                                                           v.K, proj_start=v.proj_start, proj_end=v.proj_end,
+                                                           save="all")
+    K = min(v.K, v.T)
+    labels, starts, _ = parallel.sample_chunked(dev_saved, dev_frames, v.cum_scores, v.transition, v.duration_bias,
+                                                v.lengths, uniforms.to(DEVICE), K, max(chunk, K), v.proj_start)
+    ref_labels, ref_starts = _kcc_reference_walk(v, saved, frames, cpu(v.lengths), uniforms)
+    assert torch.equal(cpu(labels), ref_labels)
+    assert torch.equal(cpu(starts), ref_starts)
+
+
+def test_public_kcc_sampling_on_the_engine_scores_its_samples(engine_sampling, monkeypatch):
+    """A (K, C, C) transition samples on the engine: lengths, exact scores and log-probabilities,
+    reproducible with a seeded generator, and the same samples as the PyTorch path's walk when both
+    read the same uniforms (float32 values; the PyTorch path draws in float64)."""
+    v = _kcc_case(1, seed=3)
+    kw = _public_inputs(v)
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    out = semi_crf_streaming_sample(**kw, num_samples=4, generator=g)
+    S, B, T = out.labels.shape
+    lengths = cpu(v.lengths)
+    assert ((cpu(out.labels) >= 0).sum(-1) == lengths).all()
+    starts = torch.zeros(S * B, T, dtype=torch.bool)
+    starts[torch.repeat_interleave(torch.arange(S * B), cpu(out.segment_offsets).diff()), cpu(out.segment_starts)] = True
+    rows = cpu(out.labels).reshape(S * B, T)
+    ref = gold_score(cpu(v.cum_scores).double().repeat(S, 1, 1), cpu(v.transition).double(),
+                     cpu(v.duration_bias).double(), lengths.repeat(S), rows.clamp(min=0), starts,
+                     *(None if p is None else cpu(p).double().repeat(S, 1, 1) for p in (v.proj_start, v.proj_end)))
+    assert_close(cpu(out.scores).double().reshape(-1), ref, atol=1e-4, rtol=1e-6)
+    log_z = _state(v)[2]
+    assert_close(cpu(out.log_prob).double(), cpu(out.scores).double() - log_z[None, :], atol=1e-4, rtol=1e-6)
+    again = semi_crf_streaming_sample(**kw, num_samples=4, generator=torch.Generator(device=DEVICE).manual_seed(5))
+    assert torch.equal(cpu(again.labels), cpu(out.labels))
+    # the engine's uniforms, read again, through the PyTorch path's walk (float64 model)
+    uniforms = torch.rand((S * B, T + 1, 2), generator=torch.Generator(device=DEVICE).manual_seed(5),
+                          device=DEVICE, dtype=torch.float32)
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: uniforms.double())
+    f64 = {k: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for k, x in kw.items()}
+    torch_out = semi_crf_streaming_sample(**f64, num_samples=4, backend="torch")
+    assert torch.equal(cpu(torch_out.labels), cpu(out.labels))

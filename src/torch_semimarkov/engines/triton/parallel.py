@@ -653,25 +653,30 @@ def traceback_from(bp, alpha_hat, seq, t0, c0, plan: KernelPlan):
 
 
 def sample_chunked(saved, frames, cum_scores, transition, duration_bias, lengths, uniforms, K: int,
-                   chunk: int):
+                   chunk: int, proj_start=None):
     """Exact backward sampling of ``rows = uniforms.shape[0]`` walks, a multiple of B (row r
     samples sequence ``r % B``), from the forward's every-position state, by the chunked walk of
     ``traceback.py`` with drawn steps (``_draw``): a step is a function of its node and the uniforms of the node's
     position, so walks merge exactly as the traceback's do. ``lengths`` (B,) must be 0 for
     sequences with no segmentation; ``uniforms`` (rows, T+1, 2) float32 in [0, 1).
 
+    A (K, C, C) ``transition`` walks end nodes (``_draw_kcc``): ``saved`` then holds alpha_hat only
+    and ``proj_start`` (B, T, C) or None enters the draws (a (C, C) transition's U_hat holds it).
+
     Returns ``(labels (rows, T) int64, starts (rows, T) bool, merged (rows, n) bool)``.
     """
     B, T1, C = cum_scores.shape
+    kcc = transition.dim() == 3
     rows = uniforms.shape[0]
     row_len = lengths.repeat(rows // B).contiguous()
     n = max(1, -(-(T1 - 1) // chunk))
     # every chunk starts from "the sequence ends here" (label C), the truth for the last one
     guess = torch.full((rows, n), C, device=cum_scores.device, dtype=torch.int32)
     idx64 = rows * T1 * 2 >= 2**31 or T1 * max(C, K) * 4 >= 2**31
-    sample = dict(bp_ptr=guess, s_bp_b=0, SAMPLE=True, a_ptr=saved[0], w_ptr=saved[1], f_ptr=frames,
+    sample = dict(bp_ptr=guess, s_bp_b=0, SAMPLE=True, a_ptr=saved[0], w_ptr=saved[0 if kcc else 1], f_ptr=frames,
                   cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, u_ptr=uniforms, NB=B, K=K,
-                  C_PAD=label_pad(C, 4))
+                  C_PAD=label_pad(C, 4), KCC=kcc, ps_ptr=guess if proj_start is None else proj_start,
+                  HAS_PS=kcc and proj_start is not None)
     return _chunked_walk(row_len, guess, T1 - 1, C, K, chunk, idx64, sample)
 
 

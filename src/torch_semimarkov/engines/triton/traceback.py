@@ -30,7 +30,7 @@ from __future__ import annotations
 from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noqa: F401
 
 if HAS_TRITON:
-    from torch_semimarkov.engines.triton.common import MASK_K
+    from torch_semimarkov.engines.triton.common import MASK_K, log_
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
@@ -166,22 +166,103 @@ if HAS_TRITON:
         return s - k1, c1
 
     @triton.jit
+    def _pick_label(z, mc, u, oc, C):
+        """Inverse-CDF draw of a label from one (C_PAD,) tile of log weights with the uniform u."""
+        z = tl.where(mc, z, -3e38)
+        m = tl.max(z, 0)
+        tot = tl.sum(tl.where(mc, tl.exp(z - m), 0.0), 0)
+        first, last, _ = _inverse_cdf(z, oc, mc, u * tot, 2147483647, -1, 0.0, m)
+        return tl.where(first < C, first, last)
+
+    @triton.jit
+    def _kcc_duration_logits(k, kmax, t, c, a_b, f_b, cum_b, ps_b, tr_ptr, db_ptr, ft, C, oc, mc,
+                             HAS_PS: tl.constexpr):
+        """log weights, up to a constant, of the durations k (a tile) of the segment [t-k, t) of label
+        c under a (K, C, C) transition: LSE_{c'} alpha_{t-k}(c') + Tr[k-1, c', c], plus
+        D[k-1, c] - S_{t-k}(c) (+ ps_{t-k}(c)); frames included."""
+        vk = k <= kmax
+        p0 = t.to(tl.int64) - k
+        m2 = vk[:, None] & mc[None, :]
+        # shape: (K_BLOCK durations, C_PAD source labels)
+        x = tl.load(a_b + p0[:, None] * C + oc[None, :], mask=m2, other=MASK_K).to(tl.float32)
+        x += (tl.load(f_b + p0, mask=vk, other=0.0) - ft).to(tl.float32)[:, None]
+        x += tl.load(tr_ptr + (k[:, None] - 1) * C * C + oc[None, :] * C + c, mask=m2, other=MASK_K).to(tl.float32)
+        x = tl.where(m2, x, -3e38)
+        mx = tl.max(x, 1)
+        lse = mx + log_(tl.sum(tl.exp(x - mx[:, None]), 1))
+        base = tl.load(db_ptr + (k - 1) * C + c, mask=vk, other=MASK_K).to(tl.float32)
+        base -= tl.load(cum_b + p0 * C + c, mask=vk, other=0.0).to(tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + p0 * C + c, mask=vk, other=0.0).to(tl.float32)
+        return tl.where(vk, lse + base, -3e38), vk
+
+    @triton.jit
+    def _draw_kcc(t, c, a_b, f_b, cum_b, ps_b, tr_ptr, db_ptr, u_r, C, K, ok, C_PAD: tl.constexpr,
+                  K_BLOCK: tl.constexpr, HAS_PS: tl.constexpr):
+        """One exact backward-sampling step from the end node (t, c), "a segment of label c ends at
+        t", of a (K, C, C) transition, whose transition depends on the later segment's duration
+        (so the node is an end node, not a start node as in :func:`_draw`); c == C: the sequence
+        ends at t, and the label is drawn first, P(c) ~ alpha_t(c), with u1 of position t. Then the
+        duration with u2 of t, P(k) ~ sum_{c'} alpha_{t-k}(c') exp(Tr[k-1, c', c] + D[k-1, c] +
+        S_t(c) - S_{t-k}(c) (+ ps_{t-k}(c))), and the previous label with u1 of the start t-k,
+        P(c') ~ alpha_{t-k}(c') exp(Tr[k-1, c', c]): the PyTorch path's draws and uniforms.
+        Returns ``(t - k, c', c)``, c the label of the segment drawn."""
+        t64 = t.to(tl.int64)
+        oc = tl.arange(0, C_PAD)
+        mc = oc < C
+        if c >= C:
+            c = _pick_label(tl.load(a_b + t64 * C + oc, mask=mc, other=MASK_K).to(tl.float32), mc,
+                            tl.load(u_r + t64 * 2), oc, C)
+            c = tl.maximum(c, 0)  # a guessed node that no segmentation reaches (fixed up later)
+        ft = tl.load(f_b + t64)
+        kmax = tl.minimum(K, t)
+        run_m = -3e38
+        run_s = 0.0
+        for kb in range(1, kmax + 1, K_BLOCK):
+            zk, vk = _kcc_duration_logits(kb + ok, kmax, t, c, a_b, f_b, cum_b, ps_b, tr_ptr, db_ptr, ft, C, oc, mc,
+                                          HAS_PS)
+            nm = tl.maximum(run_m, tl.max(zk, 0))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.where(vk, tl.exp(zk - nm), 0.0), 0)
+            run_m = nm
+        target = tl.load(u_r + t64 * 2 + 1) * run_s
+        first = 2147483647
+        last = -1
+        acc = 0.0
+        for kb in range(1, kmax + 1, K_BLOCK):
+            k = kb + ok
+            zk, vk = _kcc_duration_logits(k, kmax, t, c, a_b, f_b, cum_b, ps_b, tr_ptr, db_ptr, ft, C, oc, mc,
+                                          HAS_PS)
+            first, last, acc = _inverse_cdf(zk, k, vk, target, first, last, acc, run_m)
+        k1 = tl.maximum(tl.where(first <= kmax, first, last), 1)
+        s64 = t64 - k1
+        z = tl.load(a_b + s64 * C + oc, mask=mc, other=MASK_K).to(tl.float32)
+        z += tl.load(tr_ptr + (k1 - 1) * C * C + oc * C + c, mask=mc, other=MASK_K).to(tl.float32)
+        c1 = tl.maximum(_pick_label(z, mc, tl.load(u_r + s64 * 2), oc, C), 0)
+        return t - k1, c1, c
+
+    @triton.jit
     def _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK: tl.constexpr, MERGE: tl.constexpr,
-              SAMPLE: tl.constexpr, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, K, C_PAD: tl.constexpr):
+              SAMPLE: tl.constexpr, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, K, C_PAD: tl.constexpr,
+              KCC: tl.constexpr = False, ps_b=None, HAS_PS: tl.constexpr = False):
         """Follow backpointers from node (t, c) while t > a, writing each segment's positions of
         [a, ...) and marking its nodes. MERGE: stop at a node of the stored path. Returns
         ``(t, c, merged)``: the node reached. The label of the last segment walked, the one that
         crosses a when t < a, is the label this walk wrote at position a (:func:`_exit_label`).
 
         SAMPLE: the nodes are start nodes (t, c), "a segment of label c starts at t", and each
-        step draws the segment before it (:func:`_draw`) instead of reading a backpointer."""
+        step draws the segment before it (:func:`_draw`) instead of reading a backpointer; with
+        KCC (a (K, C, C) transition) end nodes as in the traceback, each step drawing the
+        segment's duration and the label before it (:func:`_draw_kcc`)."""
         t = tl.cast(t, a.dtype)
         c = tl.cast(c, tl.int32)
         merged = tl.full([], 0, tl.int32)
         if MERGE:
             merged = tl.where(t > a, tl.load(mk_b + tl.maximum(t, a)) == c, 0).to(tl.int32)
         while (t > a) & (merged == 0):
-            if SAMPLE:
+            if KCC:
+                s, c_prev, seg_c = _draw_kcc(t, c, a_b, f_b, cum_b, ps_b, tr_ptr, db_ptr, u_r, C, K, ok, C_PAD,
+                                             K_BLOCK, HAS_PS)
+            elif SAMPLE:
                 s, c_prev = _draw(t, c, a_b, w_b, f_b, cum_b, tr_ptr, db_ptr, u_r, C, K, ok, C_PAD, K_BLOCK)
                 seg_c = c_prev
             else:
@@ -233,6 +314,9 @@ if HAS_TRITON:
         NB=1,
         K=1,
         C_PAD: tl.constexpr = 4,
+        KCC: tl.constexpr = False,  # a (K, C, C) transition tr_ptr: end nodes, :func:`_draw_kcc`
+        ps_ptr=None,  # (NB, T, C) proj_start (KCC; U_hat holds it for a (C, C) transition)
+        HAS_PS: tl.constexpr = False,
     ):
         b_id = tl.program_id(0).to(tl.int64)
         seq = b_id % NB
@@ -241,12 +325,15 @@ if HAS_TRITON:
         f_b = f_ptr
         cum_b = cum_ptr
         u_r = u_ptr
+        ps_b = ps_ptr
         if SAMPLE:
             a_b = a_ptr + seq * (T + 1) * C
             w_b = w_ptr + seq * (T + 1) * C
             f_b = f_ptr + seq * (T + 1)
             cum_b = cum_ptr + seq * (T + 1) * C
             u_r = u_ptr + b_id * (T + 1) * 2
+            if HAS_PS:
+                ps_b = ps_ptr + seq * T * C
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -276,7 +363,7 @@ if HAS_TRITON:
                 tl.debug_barrier()
                 c = tl.load(guess_ptr + row + j)
                 t, c, merged = _walk(b, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, False, SAMPLE, a_b, w_b, f_b,
-                                     cum_b, tr_ptr, db_ptr, u_r, K, C_PAD)
+                                     cum_b, tr_ptr, db_ptr, u_r, K, C_PAD, KCC, ps_b, HAS_PS)
                 e = ex_ptr + (row + j) * 3
                 tl.store(e, t)
                 tl.store(e + 1, c)
@@ -298,7 +385,7 @@ if HAS_TRITON:
                         tl.store(mk_b + b, -1)
                     tl.debug_barrier()
                     t, c, merged = _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, True, SAMPLE, a_b, w_b, f_b,
-                                         cum_b, tr_ptr, db_ptr, u_r, K, C_PAD)
+                                         cum_b, tr_ptr, db_ptr, u_r, K, C_PAD, KCC, ps_b, HAS_PS)
                     if merged != 0:
                         clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                     else:
