@@ -10,6 +10,8 @@ For each size (B, T, K, C) it times, on one device and with the same random mode
   transition ran before the engine's end-node walk;
 * ``entropy_grad``: ``semi_crf_streaming_entropy`` and its gradient;
 * ``entropy``: its value alone (under ``torch.no_grad()``: the engine on CUDA);
+* ``entropy_torch``: the value on the float64 PyTorch path (``backend="torch"``), what a (K, C, C)
+  transition ran before the engine took its value;
 * ``masked_fwd_bwd``: log Z of a partially labelled batch (``label_mask`` + ``boundary_mask``) and
   its gradients.
 
@@ -89,9 +91,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
         semi_crf_streaming_entropy(c, t, d, lengths, K).sum().backward()
 
-    def entropy():
+    def entropy(backend="auto"):
         with torch.no_grad():
-            semi_crf_streaming_entropy(cum, tr, db, lengths, K)
+            semi_crf_streaming_entropy(cum, tr, db, lengths, K, backend=backend)
 
     def sample(backend="auto"):
         semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16, backend=backend,
@@ -111,6 +113,8 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         "sample16_torch": (lambda: sample("torch"), repeat_slow),
         "entropy_grad": (entropy_grad, repeat_slow),
         "entropy": (entropy, repeat if device.type == "cuda" else repeat_slow),
+        # the float64 expectation-semiring path (on CUDA: one program per sequence)
+        "entropy_torch": (lambda: entropy("torch"), repeat_slow),
         # masks on the engine for CUDA tensors (segment limits read by its kernels)
         "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm),
                            repeat if device.type == "cuda" else repeat_slow),
@@ -123,7 +127,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
     for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("sample16_torch", "sample16"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
-                       ("masked_fwd_bwd", "fwd_bwd")):
+                       ("entropy_torch", "entropy"), ("masked_fwd_bwd", "fwd_bwd")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]
     log("  ratios: " + ", ".join(f"{k[6:]} {v:.1f}" for k, v in out.items() if k.startswith("ratio_")))

@@ -53,9 +53,12 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
     per-position label marginals times per-position scores (``S_{p+1} - S_p``, never the
     cumulative values, which would cost float64 digits at long T), expected transition and
     duration counts times their scores, and the projections. The value only: its gradient needs
-    the expectation semiring, which the engine's kernels do not run."""
+    the expectation semiring, which the engine's kernels do not run. A (K, C, C) transition (no
+    masks) too: its first segment's phantom term depends on the duration, weighted by
+    :func:`_first_segments`."""
     from torch_semimarkov.engines.triton import launch
-    if engine == "no" or not engine_takes(inp):
+    kcc = inp.duration_transitions
+    if engine == "no" or not engine_takes(inp, any_transition=True) or (kcc and (lm is not None or bm is not None)):
         return None
     masks = None
     ps, pe = inp.proj_start, inp.proj_end
@@ -79,18 +82,46 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         label = cumsum_time(p_start - torch.nn.functional.pad(p_end, (0, 0, 1, 0))[:, :-1])
         expected = (label * x).sum((1, 2))
         tr = _forbid64(inp.transition)
-        expected = expected + _weighted(g_tr, tr[None]).sum((1, 2))
+        expected = expected + _weighted(g_tr, tr[None]).sum(tuple(range(1, g_tr.dim())))
         expected = expected + _weighted(g_db, _forbid64(inp.duration_bias)[None]).sum((1, 2))
         # the marginals count the first segment's phantom predecessor by softmax_{c'} Tr[c', c];
         # its score is logsumexp_{c'} Tr[c', c]: add the difference (the phantom's entropy)
-        soft = torch.softmax(tr, 0)
-        phantom = torch.logsumexp(tr, 0) - _weighted(soft, tr).sum(0)
-        expected = expected + (p_start[:, 0] * torch.where(torch.isfinite(phantom), phantom, 0.0)).sum(1)
+        soft = torch.softmax(tr, -2)
+        phantom = torch.logsumexp(tr, -2) - _weighted(soft, tr).sum(-2)
+        phantom = torch.where(torch.isfinite(phantom), phantom, 0.0)
+        if kcc:  # (K, C): the phantom of a first segment of each duration
+            expected = expected + (_first_segments(inp, p_end) * phantom[None, :p_end.shape[1]]).sum((1, 2))
+        else:
+            expected = expected + (p_start[:, 0] * phantom).sum(1)
         for p, m in ((ps, p_start), (pe, p_end)):
             if p is not None:
                 expected = expected + _weighted(m, _forbid64(p)).sum((1, 2))
         ok = torch.isfinite(log_z)
         return torch.where(ok, log_z.double() - expected, torch.zeros_like(expected))
+
+
+def _first_segments(inp: StreamingInputs, p_end: torch.Tensor) -> torch.Tensor:
+    """(B, K', C) float64 P(the first segment is [0, k) of label c), k = 1..K' (K' = min(K, T)),
+    from the engine's end marginals: ``P(a c-segment ends at k) · exp(a0_k(c) - alpha_k(c))``,
+    where a0 is the score of the one-segment prefix (phantom predecessor included) and alpha_k the
+    forward message, from the engine's forward over the first K' positions (it depends on nothing
+    later)."""
+    from torch_semimarkov.engines.triton import launch
+    B, K1 = inp.batch, min(inp.K, inp.T)
+    cut = lambda x: None if x is None else x.detach()[:, :K1].contiguous()  # noqa: E731
+    cum = inp.cum_scores.detach()[:, :K1 + 1].contiguous()
+    lengths = torch.full((B,), K1, device=cum.device, dtype=inp.lengths.dtype)
+    _, (saved, frames) = launch.launch_forward(cum, inp.transition.detach(), inp.duration_bias.detach(), lengths, K1,
+                                               "log", cut(inp.proj_start), cut(inp.proj_end), save="all")
+    alpha = saved[0][:, 1:].double() + frames[:, 1:, None]
+    c64 = cum.double()
+    a0 = (c64[:, 1:] - c64[:, :1] + _forbid64(inp.duration_bias)[None, :K1]
+          + torch.logsumexp(_forbid64(inp.transition), 1)[None, :K1])
+    for p, at in ((inp.proj_start, slice(0, 1)), (inp.proj_end, slice(0, K1))):
+        if p is not None:
+            a0 = a0 + p.detach()[:, at].double()
+    p = p_end.double()[:, :K1]
+    return torch.where(p > 0, p * torch.exp(torch.clamp(a0 - alpha, max=0.0)), torch.zeros_like(p))
 
 
 class _EngineEntropy(torch.autograd.Function):
@@ -200,8 +231,13 @@ def semi_crf_streaming_entropy(
         >>> H.sum().backward(); bool((H > 0).all()), cum.grad.shape
         (True, torch.Size([2, 31, 3]))
     """
+    # the engine's kernels take a (K, C, C) transition for the value alone (no masks, no gradient)
+    value_only = label_mask is None and boundary_mask is None and not (torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in (cum_scores, transition, duration_bias, proj_start, proj_end)))
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                     label_mask, boundary_mask, validate, backend, use_triton)
+                                     label_mask, boundary_mask, validate, backend, use_triton,
+                                     any_transition=value_only)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     if choice == "no":
         pass

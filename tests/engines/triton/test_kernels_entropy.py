@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from conftest import make_inputs
 from kernel_cases import DEVICE, cpu, recording_engine
 from test_kernels_masks import _inputs, _masks, _restricted
 from torch_semimarkov import semi_crf_streaming_entropy
@@ -16,6 +17,7 @@ from torch_semimarkov.api import constrained
 from torch_semimarkov.api import entropy as entropy_mod
 from torch_semimarkov.engines import select
 from torch_semimarkov.engines.triton import plan as plan_mod
+from torch_semimarkov.oracle import enumerate_segmentations
 
 F64 = torch.float64
 
@@ -169,3 +171,52 @@ def test_entropy_recurrences_take_the_fewest_warps_that_hold_their_ring(monkeypa
     assert warps(16, 8) == 2
     monkeypatch.setattr(plan_mod, "ENTROPY_WARPS", 8)
     assert warps(64, 24) == 8
+
+
+# ------------------------------------------------------------- a (K, C, C) transition: the value
+
+KCC_CASES = [
+    dict(B=2, T=7, K=3, C=3, proj="both", lengths=None),
+    dict(B=3, T=6, K=4, C=2, proj="start", lengths="ragged"),
+    dict(B=2, T=5, K=7, C=3, proj="end", lengths=None),  # K > T: every first segment can span it all
+    dict(B=2, T=6, K=1, C=3, proj="none", lengths=None),  # K = 1
+]
+
+
+@pytest.mark.parametrize("i", range(len(KCC_CASES)))
+def test_engine_entropy_of_a_duration_transition_equals_the_enumeration(engine_calls, i):
+    """The phantom predecessor of the first segment depends on its duration: weighted by the
+    probability that the first segment is [0, k) of each label (forbidden entries included)."""
+    c = dict(KCC_CASES[i])
+    ref = make_inputs(c.pop("B"), c.pop("T"), c.pop("K"), c.pop("C"), seed=40 + i, duration_transitions=True, **c)
+    ref["transition"][0, 0, 1] = -math.inf
+    ref["transition"][-1, 1, 0] = -math.inf
+    run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    with torch.no_grad():
+        H = semi_crf_streaming_entropy(**run)
+    assert engine_calls == [True], "the (K, C, C) entropy did not run on the engine"
+    args = {k: ref[k] for k in ("cum_scores", "transition", "duration_bias", "lengths", "K", "proj_start", "proj_end")}
+    want = torch.stack([_entropy(s[torch.isfinite(s)]) for _, s in enumerate_segmentations(**args)])
+    torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_engine_entropy_of_a_duration_transition_on_long_sequences(monkeypatch, chunk):
+    """T = 45 with fix-ups, ragged, both projections: the engine's value of a (K, C, C) model
+    equals the float64 path; with masks the call stays on the float64 path."""
+    B, T, K, C = 2, 45, 6, 3
+    ref = make_inputs(B, T, K, C, seed=50, duration_transitions=True, proj="both", lengths=[T, T - 13])
+    ref["transition"][2, 1, 2] = -math.inf
+    want = semi_crf_streaming_entropy(**ref)  # CPU tensors: the float64 path
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+    run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    none = {"label_mask": None, "boundary_mask": None}
+    got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **none, any_transition=True)[:3])
+    assert got is not None and (want > 1).all()
+    torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
+    lm = torch.ones(B, T, C, dtype=torch.bool, device=DEVICE)
+    masked = dict(label_mask=lm, boundary_mask=torch.zeros(B, T, dtype=torch.long, device=DEVICE))
+    assert entropy_mod._entropy_on_engine(*constrained._validated(**run, **masked, any_transition=True)[:3]) is None
