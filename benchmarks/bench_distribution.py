@@ -13,7 +13,10 @@ For each size (B, T, K, C) it times, on one device and with the same random mode
 * ``entropy_torch``: the value on the float64 PyTorch path (``backend="torch"``), what a (K, C, C)
   transition ran before the engine took its value;
 * ``masked_fwd_bwd``: log Z of a partially labelled batch (``label_mask`` + ``boundary_mask``) and
-  its gradients.
+  its gradients;
+* ``masked_fwd_bwd_torch``: the same on the float64 PyTorch path (``backend="torch"``), what a
+  (K, C, C) transition ran before the engine read the masks;
+* ``masked_entropy``: the entropy's value of the partially labelled batch.
 
 and reports the ratios the issue sets targets for (top-k / Viterbi <= 5, samples / fwd+bwd <= 2,
 entropy+grad / fwd+bwd <= 2, masked / unmasked fwd+bwd <= 1.1). Engine timings are medians of
@@ -91,9 +94,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
         semi_crf_streaming_entropy(c, t, d, lengths, K).sum().backward()
 
-    def entropy(backend="auto"):
+    def entropy(backend="auto", **masks):
         with torch.no_grad():
-            semi_crf_streaming_entropy(cum, tr, db, lengths, K, backend=backend)
+            semi_crf_streaming_entropy(cum, tr, db, lengths, K, backend=backend, **masks)
 
     def sample(backend="auto"):
         semi_crf_streaming_sample(cum, tr, db, lengths, K, num_samples=16, backend=backend,
@@ -118,6 +121,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         # masks on the engine for CUDA tensors (segment limits read by its kernels)
         "masked_fwd_bwd": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm),
                            repeat if device.type == "cuda" else repeat_slow),
+        "masked_fwd_bwd_torch": (lambda: fwd_bwd(label_mask=lm, boundary_mask=bm, backend="torch"), repeat_slow),
+        "masked_entropy": (lambda: entropy(label_mask=lm, boundary_mask=bm),
+                           repeat if device.type == "cuda" else repeat_slow),
     }
     out = {}
     for name, (fn, n) in jobs.items():
@@ -127,7 +133,8 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
     for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("sample16_torch", "sample16"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
-                       ("entropy_torch", "entropy"), ("masked_fwd_bwd", "fwd_bwd")):
+                       ("entropy_torch", "entropy"), ("masked_fwd_bwd", "fwd_bwd"),
+                       ("masked_fwd_bwd_torch", "masked_fwd_bwd"), ("masked_entropy", "entropy")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]
     log("  ratios: " + ", ".join(f"{k[6:]} {v:.1f}" for k, v in out.items() if k.startswith("ratio_")))

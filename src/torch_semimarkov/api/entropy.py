@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -53,17 +54,17 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
     per-position label marginals times per-position scores (``S_{p+1} - S_p``, never the
     cumulative values, which would cost float64 digits at long T), expected transition and
     duration counts times their scores, and the projections. The value only: its gradient needs
-    the expectation semiring, which the engine's kernels do not run. A (K, C, C) transition (no
-    masks) too: its first segment's phantom term depends on the duration, weighted by
+    the expectation semiring, which the engine's kernels do not run. A (K, C, C) transition too
+    (masks included): its first segment's phantom term depends on the duration, weighted by
     :func:`_first_segments`."""
     from torch_semimarkov.engines.triton import launch
     kcc = inp.duration_transitions
-    if engine == "no" or not engine_takes(inp, any_transition=True) or (kcc and (lm is not None or bm is not None)):
+    if engine == "no" or not engine_takes(inp, any_transition=True):
         return None
     masks = None
     ps, pe = inp.proj_start, inp.proj_end
     if lm is not None or bm is not None:
-        on_engine = engine_masks(inp, lm, bm, engine=engine)
+        on_engine = engine_masks(inp, lm, bm, engine=engine, any_transition=True)
         if on_engine is None:
             return None
         plan, masks, ps = on_engine
@@ -90,7 +91,7 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         phantom = torch.logsumexp(tr, -2) - _weighted(soft, tr).sum(-2)
         phantom = torch.where(torch.isfinite(phantom), phantom, 0.0)
         if kcc:  # (K, C): the phantom of a first segment of each duration
-            expected = expected + (_first_segments(inp, p_end) * phantom[None, :p_end.shape[1]]).sum((1, 2))
+            expected = expected + (_first_segments(inp, p_end, masks) * phantom[None, :p_end.shape[1]]).sum((1, 2))
         else:
             expected = expected + (p_start[:, 0] * phantom).sum(1)
         for p, m in ((ps, p_start), (pe, p_end)):
@@ -100,19 +101,27 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         return torch.where(ok, log_z.double() - expected, torch.zeros_like(expected))
 
 
-def _first_segments(inp: StreamingInputs, p_end: torch.Tensor) -> torch.Tensor:
+def _first_segments(inp: StreamingInputs, p_end: torch.Tensor, masks=None) -> torch.Tensor:
     """(B, K', C) float64 P(the first segment is [0, k) of label c), k = 1..K' (K' = min(K, T)),
     from the engine's end marginals: ``P(a c-segment ends at k) · exp(a0_k(c) - alpha_k(c))``,
     where a0 is the score of the one-segment prefix (phantom predecessor included) and alpha_k the
     forward message, from the engine's forward over the first K' positions (it depends on nothing
-    later)."""
+    later). ``masks``: the call's segment limits ``(min_start, max_end, flags)`` (``limits.py``):
+    the forward reads their first K' + 1 rows, and a first segment they exclude has probability 0."""
     from torch_semimarkov.engines.triton import launch
+    from torch_semimarkov.engines.triton.limits import NO_START
+    from torch_semimarkov.engines.triton.plan import masked_plan
     B, K1 = inp.batch, min(inp.K, inp.T)
     cut = lambda x: None if x is None else x.detach()[:, :K1].contiguous()  # noqa: E731
     cum = inp.cum_scores.detach()[:, :K1 + 1].contiguous()
     lengths = torch.full((B,), K1, device=cum.device, dtype=inp.lengths.dtype)
+    plan, first = None, None
+    if masks is not None:
+        first = tuple(m[:, :K1 + 1].contiguous() for m in masks)
+        plan = masked_plan(B, K1, K1, inp.C, device=cum.device, duration_transitions=True)
     _, (saved, frames) = launch.launch_forward(cum, inp.transition.detach(), inp.duration_bias.detach(), lengths, K1,
-                                               "log", cut(inp.proj_start), cut(inp.proj_end), save="all")
+                                               "log", cut(inp.proj_start), cut(inp.proj_end), save="all",
+                                               plan=plan, masks=first)
     alpha = saved[0][:, 1:].double() + frames[:, 1:, None]
     c64 = cum.double()
     a0 = (c64[:, 1:] - c64[:, :1] + _forbid64(inp.duration_bias)[None, :K1]
@@ -120,6 +129,9 @@ def _first_segments(inp: StreamingInputs, p_end: torch.Tensor) -> torch.Tensor:
     for p, at in ((inp.proj_start, slice(0, 1)), (inp.proj_end, slice(0, K1))):
         if p is not None:
             a0 = a0 + p.detach()[:, at].double()
+    if first is not None:  # [0, k) of label c is allowed iff min_start[k, c] = 0 and 0 may start one
+        allowed = (first[0][:, 1:] == 0) & ((first[2][:, :1] & NO_START) == 0)[:, :, None]
+        a0 = torch.where(allowed, a0, torch.full_like(a0, -math.inf))
     p = p_end.double()[:, :K1]
     return torch.where(p > 0, p * torch.exp(torch.clamp(a0 - alpha, max=0.0)), torch.zeros_like(p))
 
@@ -231,8 +243,8 @@ def semi_crf_streaming_entropy(
         >>> H.sum().backward(); bool((H > 0).all()), cum.grad.shape
         (True, torch.Size([2, 31, 3]))
     """
-    # the engine's kernels take a (K, C, C) transition for the value alone (no masks, no gradient)
-    value_only = label_mask is None and boundary_mask is None and not (torch.is_grad_enabled() and any(
+    # the engine's kernels take a (K, C, C) transition for the value alone (no gradient)
+    value_only = not (torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad
         for t in (cum_scores, transition, duration_bias, proj_start, proj_end)))
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,

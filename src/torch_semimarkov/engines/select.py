@@ -104,7 +104,7 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
     if backend == "auto":
         return "may" if use_triton else "no"
     if not engine_takes(inp, any_transition):
-        raise ValueError("backend='triton' runs masks, k-best lists and the entropy's gradient on a (C, C) "
+        raise ValueError("backend='triton' runs k-best lists and the entropy's gradient on a (C, C) "
                          "transition only; use backend='auto' or 'torch' for a (K, C, C) transition")
     return "must"
 
@@ -143,17 +143,20 @@ def refuse(engine: str, what: str) -> None:
 ENGINE_ON_CPU = False
 
 
-def engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: str = "may", blocked: bool = True):
+def engine_masks(inp: StreamingInputs, lm, bm, semiring: str = "log", engine: str = "may", blocked: bool = True,
+                 any_transition: bool = False):
     """``(plan, (min_start, max_end, flags), proj_start)`` of a constrained call on the engine
     (CUDA tensors, a (C, C) transition; a ring too large for registers runs the blocked engine
-    unless ``blocked=False``), or None (the PyTorch path). The limits and flags come from one
-    kernel (``engines/triton/limits.py``); forbidden starts are one of the flags."""
-    if (lm is None and bm is None) or engine == "no" or not engine_takes(inp):
+    unless ``blocked=False``; with ``any_transition`` (log Z, its gradients, Viterbi, marginals) a
+    (K, C, C) one too, on the chunked direct recurrence), or None (the PyTorch path). The limits
+    and flags come from one kernel (``engines/triton/limits.py``); forbidden starts are one of
+    the flags."""
+    if (lm is None and bm is None) or engine == "no" or not engine_takes(inp, any_transition):
         return None
     from torch_semimarkov.engines.triton.limits import engine_limits
     from torch_semimarkov.engines.triton.plan import masked_plan
     plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, semiring=semiring, device=inp.cum_scores.device,
-                       blocked=blocked)
+                       blocked=blocked, duration_transitions=inp.duration_transitions)
     if plan is None:
         refuse(engine, "these masks")
         return None
@@ -191,18 +194,18 @@ def route(inp: StreamingInputs, label_mask=None, boundary_mask=None, semiring: s
 
     Unmasked (``masked`` None and no masks): the engine of :func:`backend_for`, for the operators of
     :mod:`torch_semimarkov.ops`. Masked: the compiled CPU engine on CPU tensors (``"auto"`` /
-    ``"numba"``), else the Triton kernels where their masked plan takes the call (a (C, C)
-    transition; ``blocked=False`` keeps large rings off the blocked engine), else the float64
+    ``"numba"``), else the Triton kernels where their masked plan takes the call (either
+    transition shape; ``blocked=False`` keeps large rings off the blocked engine), else the float64
     PyTorch model (``backend="triton"`` raises instead of falling back). ``masked=True`` with both
     masks None (a constrained call that constrains nothing) takes the PyTorch model."""
     has_masks = label_mask is not None or boundary_mask is not None
     if not has_masks and not masked:
         name = backend_for(inp, use_triton, backend)
         return Route(ENGINES[name], name)
-    choice = engine_choice(inp, backend, use_triton)
+    choice = engine_choice(inp, backend, use_triton, any_transition=True)
     if has_masks and cpu_engine(inp, backend) is not None:
         return Route(NumbaEngine, "numba", (label_mask, boundary_mask))
-    on_kernels = engine_masks(inp, label_mask, boundary_mask, semiring, choice, blocked)
+    on_kernels = engine_masks(inp, label_mask, boundary_mask, semiring, choice, blocked, any_transition=True)
     if on_kernels is not None:
         return Route(TritonEngine, "triton", on_kernels)
     return Route(TorchEngine, "torch", (label_mask, boundary_mask))

@@ -316,8 +316,8 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
         assert_close(ha.cpu(), hb, rtol=1e-6, atol=1e-4)
         za = semi_crf_streaming_forward(**got, label_mask=lm.cuda())
         zb = semi_crf_streaming_forward(**want, label_mask=lm)
-        # (C, C): the masks run on the engine's float32 kernels
-        assert_close(za.cpu(), zb, rtol=1e-6 if not kcc else 0, atol=1e-4 if not kcc else 1e-9)
+        # both transition shapes: the masks run on the engine's float32 kernels
+        assert_close(za.cpu(), zb, rtol=1e-6, atol=1e-4)
     # gradients of the masked log Z and of the entropy (the beta kernels)
     names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
     for fn, kw in ((semi_crf_streaming_forward, dict(label_mask=lm, boundary_mask=bm)),
@@ -327,8 +327,9 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
             leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
             fn(**dict(inp, **leaves), **{k: v.to(dev) for k, v in kw.items()}).sum().backward()
             grads.append([leaves[k].grad.cpu() for k in names])
-        # (C, C): the masked log Z and the entropy with its gradient run on the engine's float32 kernels
-        engine = not kcc
+        # the masked log Z on the engine's float32 kernels (both shapes); the entropy with its
+        # gradient there for (C, C), on the float64 path for (K, C, C)
+        engine = fn is semi_crf_streaming_forward or not kcc
         for a, b in zip(*grads):
             assert_close(a, b, rtol=1e-4 if engine else 0, atol=1e-4 if engine else 1e-8)
     s = semi_crf_streaming_sample(**gpu, num_samples=64, generator=torch.Generator(device="cuda").manual_seed(0))
@@ -368,6 +369,46 @@ def test_masks_on_the_blocked_engine_equal_the_float64_path():
     (za, ga, va), (zb, gb, vb) = out
     assert_close(za, zb, rtol=1e-6, atol=1e-3)
     assert_close(va, vb, rtol=1e-6, atol=1e-3)
+    for a, b in zip(ga, gb):
+        assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_masks_on_the_duration_transition_engine_equal_the_float64_path():
+    """Partial labels with a (K, C, C) transition (the chunked direct recurrence reads the segment
+    limits in its forward, beta, marginals and Viterbi): masked log Z, its gradients, marginals and
+    the constrained Viterbi against the float64 PyTorch path on the CPU."""
+    from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
+    from torch_semimarkov.engines.triton.plan import masked_plan
+
+    B, T, K, C = 2, 1500, 60, 6
+    p = masked_plan(B, T, K, C, duration_transitions=True, device="cuda")
+    assert p.kind == "dur" and p.time_parallel and p.n_chunks >= 2
+    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=14, duration_transitions=True)
+    cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
+    lm = torch.ones(B, T, C, dtype=torch.bool)
+    lm[:, 100:400, :2] = False
+    lm[0, 700:760] = False
+    lm[0, 700:760, 3] = True
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 900] = 1
+    bm[1, 50:80] = -1
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+    out = []
+    for dev, dtype, backend in (("cuda", torch.float32, "triton"), ("cpu", torch.float64, "torch")):
+        inp = _cuda(cpu, dtype) if dev == "cuda" else cpu
+        masks = dict(label_mask=lm.to(dev), boundary_mask=bm.to(dev), backend=backend)
+        leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
+        z = semi_crf_streaming_forward(**dict(inp, **leaves), **masks)
+        z.sum().backward()
+        v = semi_crf_streaming_viterbi(**inp, **masks)
+        m = semi_crf_streaming_marginals(**inp, **masks)
+        out.append((z.detach().cpu().double(), [leaves[k].grad.cpu().double() for k in names], v.scores.cpu().double(),
+                    v.labels.cpu(), m.start.cpu().double()))
+    (za, ga, va, la, ma), (zb, gb, vb, lb, mb) = out
+    assert_close(za, zb, rtol=1e-6, atol=1e-3)
+    assert_close(va, vb, rtol=1e-6, atol=1e-3)
+    assert (la == lb).float().mean() > 0.99
+    assert_close(ma, mb, rtol=0, atol=1e-4)
     for a, b in zip(ga, gb):
         assert_close(a, b, rtol=1e-4, atol=1e-4)
 

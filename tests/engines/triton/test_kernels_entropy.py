@@ -217,6 +217,39 @@ def test_engine_entropy_of_a_duration_transition_on_long_sequences(monkeypatch, 
     got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **none, any_transition=True)[:3])
     assert got is not None and (want > 1).all()
     torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
-    lm = torch.ones(B, T, C, dtype=torch.bool, device=DEVICE)
-    masked = dict(label_mask=lm, boundary_mask=torch.zeros(B, T, dtype=torch.long, device=DEVICE))
-    assert entropy_mod._entropy_on_engine(*constrained._validated(**run, **masked, any_transition=True)[:3]) is None
+    # masks: the restricted distribution's entropy, on the engine too (the first segment's
+    # limits at positions 1..K and a forbidden start right after a chunk boundary)
+    g = torch.Generator().manual_seed(51)
+    lm = torch.rand(B, T, C, generator=g) < 0.75
+    lm[torch.arange(B)[:, None], torch.arange(T), torch.randint(0, C, (B, T), generator=g)] = True
+    lm[0, 2] = False
+    lm[0, 2, 0] = True  # a first segment of label 1 or 2 ends by position 2
+    bm = torch.zeros(B, T, dtype=torch.long)
+    bm[:, 17::9] = 1
+    bm[1, 8] = -1
+    want = semi_crf_streaming_entropy(**ref, label_mask=lm, boundary_mask=bm)
+    masked = dict(label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+    got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **masked, any_transition=True)[:3])
+    assert got is not None and (want > 1).all()
+    torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("i", [0, 1, 2])
+def test_engine_entropy_of_a_masked_duration_transition_equals_the_enumeration(engine_calls, i):
+    """With masks (some forbidding the first segment's label or length): the entropy of the
+    restricted distribution of a (K, C, C) model, on the engine, against the enumeration."""
+    c = dict(KCC_CASES[i])
+    B, T, C = c["B"], c["T"], c["C"]
+    ref = make_inputs(c.pop("B"), c.pop("T"), c.pop("K"), c.pop("C"), seed=60 + i, duration_transitions=True, **c)
+    lm, bm = _masks(61 + i, B, T, C)
+    lm[0, 0, :] = True
+    lm[0, 1, 0] = False  # a first segment of label 0 is at most one position long
+    run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    with torch.no_grad():
+        H = semi_crf_streaming_entropy(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+    assert engine_calls == [True], "the masked (K, C, C) entropy did not run on the engine"
+    want = torch.stack([_entropy(s[torch.isfinite(s)]) if len(s) else torch.tensor(0.0, dtype=F64)
+                        for _, s in _restricted(ref, lm, bm)])
+    assert (want > 0).any()
+    torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)

@@ -354,7 +354,8 @@ if HAS_TRITON:
 
     @triton.jit
     def dur_beta_step(s, b0, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc, m2c,
-                      C_PAD: tl.constexpr, HAS_PS: tl.constexpr, RESTORE: tl.constexpr):
+                      C_PAD: tl.constexpr, HAS_PS: tl.constexpr, RESTORE: tl.constexpr, lim_b=None, fl_b=None,
+                      HAS_MASK: tl.constexpr = False):
         """One position of the direct beta recurrence of a (K, C, C) transition:
 
             beta_s(c') = LSE_{k, c} Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
@@ -365,11 +366,18 @@ if HAS_TRITON:
         so a run never reads rows another program may be writing.
 
         ``G`` is the frame of Y_hat_{s+1}. Returns ``(beta_hat_s, G_s)`` normalised by its maximum.
+
+        HAS_MASK: ``lim_b`` is the sequence's (T+1, C) int32 ``max_end`` and ``fl_b`` its flag bytes
+        (``limits.py``): a segment [s, t) of label c enters only if t <= max_end[s, c], and none
+        does where a flag forbids a start at s.
         """
         s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
         base = tl.zeros([C_PAD], dtype=tl.float32)
         if HAS_PS:
             base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
+            base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
         k_lim = tl.minimum(L - s, K)
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
@@ -388,6 +396,8 @@ if HAS_TRITON:
             dk = (gt - G).to(tl.float32)
             dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
             col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            if HAS_MASK:
+                col += tl.where(t <= me, 0.0, MASK)
             trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
             y = trk.to(tl.float32) + col[None, :]
             nm = tl.maximum(run_m, tl.max(y, 1))
@@ -421,7 +431,7 @@ if HAS_TRITON:
     def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
                        oc, mc, m2c, oj, TOL,
                        C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                       COMPARE: tl.constexpr):
+                       COMPARE: tl.constexpr, lim_b=None, fl_b=None, HAS_MASK: tl.constexpr = False):
         """Run s = b-1 down to a of the direct beta recurrence (:func:`dur_beta_step`) from the
         state at b, storing Y rows b .. a+1 (see the forward's ``_dur_run_chunk``); rows past b are
         read from the state only. Returns ``(beta_hat_a, G, converged, delta, steps, t_low)``: this
@@ -460,7 +470,7 @@ if HAS_TRITON:
             # the step reads this row from other threads
             tl.debug_barrier()
             beta, G = dur_beta_step(s, b, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
-                                    m2c, C_PAD, HAS_PS, True)
+                                    m2c, C_PAD, HAS_PS, True, lim_b, fl_b, HAS_MASK)
             s -= 1
         return beta, G, conv, delta, b - 1 - s, s + 2
 

@@ -237,18 +237,19 @@ if HAS_TRITON:
     @triton.jit
     def _dur_run(a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
                  oj, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, REVERSE: tl.constexpr):
+                 HAS_PE: tl.constexpr, COMPARE: tl.constexpr, REVERSE: tl.constexpr, lim_b, fl_b,
+                 HAS_MASK: tl.constexpr):
         """One run of a (K, C, C) chunk from the state at ``s32`` / ``s64`` in the recurrence's
         direction: ``(st, F, converged, delta, steps, edge)`` (the forward's ``t_last``, beta's
         ``t_low``)."""
         if REVERSE:
             st, F, conv, delta, steps, edge = _bw._dur_run_chunk(
                 a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, tr_ptr, db_ptr, C, K,
-                oc, mc, m2, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, COMPARE)
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK)
         else:
             st, F, conv, delta, steps, edge = _fw._dur_run_chunk(
                 a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
-                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, COMPARE)
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK)
         return st, F, conv, delta, steps, edge
 
     @triton.jit
@@ -287,11 +288,19 @@ if HAS_TRITON:
         bp_ptr=None,  # forward: (B, T+1, C) int32 out: packed backpointers k * 65536 + c_prev (IS_MAX)
         T1=None,  # forward: T + 1
         IDX64: tl.constexpr = False,
+        lim_ptr=None,  # (B, T+1, C) int32: the segment limits, min_start (forward) / max_end (beta) (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """The time-parallel direct recurrence of a (K, C, C) transition, forward and (``REVERSE``)
         beta: the phases of :func:`_reg_chunks_kernel` with a state of K rows in memory (the rows the
         chunk wrote itself, and beyond its start its predecessor's saved end state)."""
         b_id = tl.program_id(0).to(tl.int64)
+        lim_b = lim_ptr
+        fl_b = fl_ptr
+        if HAS_MASK:
+            lim_b = lim_ptr + b_id * s_w_b
+            fl_b = fl_ptr + b_id * s_f_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -322,7 +331,7 @@ if HAS_TRITON:
             # "the sequence starts (ends) here": the first chunk in the run's direction from the truth
             st, F, conv, delta, steps, edge = _dur_run(
                 a, b, L, i32, i64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
-                oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False, REVERSE)
+                oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False, REVERSE, lim_b, fl_b, HAS_MASK)
             if live:
                 e = row + j
                 _dur_save(e32 + e * E32, e64 + e * K, a, b, st, F, r_b, f_b, i32, i64, K, C, oc, mc, C_PAD, REVERSE)
@@ -341,7 +350,7 @@ if HAS_TRITON:
                     s64 = e64 + e * K
                     st, F, conv, delta, steps, edge = _dur_run(
                         a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc,
-                        mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True, REVERSE)
+                        mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True, REVERSE, lim_b, fl_b, HAS_MASK)
                     if conv != 0:
                         # the rows the fix-up wrote move into the chunk's system
                         if REVERSE:

@@ -624,7 +624,7 @@ if HAS_TRITON:
     @triton.jit
     def dur_step(t, t0, F, a_b, f_b, ck_b, ckf_b, R, cum_b, ps_b, pe_b, tr_ptr, db_ptr, C, K, oc, mc, m2,
                  C_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                 RESTORE: tl.constexpr):
+                 RESTORE: tl.constexpr, lim_b=None, fl_b=None, HAS_MASK: tl.constexpr = False):
         """One position of the direct recurrence of a (K, C, C) transition:
 
             alpha_t(c) = pe_{t-1}(c) + LSE_{k, c'} alpha_{t-k}(c') + Tr[k-1, c', c] + D[k-1, c]
@@ -638,8 +638,14 @@ if HAS_TRITON:
         ``F`` is the frame of alpha_hat_{t-1}. Returns ``(alpha_hat_t, F_t, k, c')``: the new row,
         normalised by its maximum, and (IS_MAX) the argmax duration and source label, the
         lexicographically smallest (k, c') on ties.
+
+        HAS_MASK: ``lim_b`` is the sequence's (T+1, C) int32 ``min_start`` and ``fl_b`` its flag
+        bytes (``limits.py``): a segment [s, t) of label c enters only if s >= min_start[t, c] and
+        no flag forbids a start at s (its terms are IMPOSSIBLE, as a forbidden entry of the inputs).
         """
         s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
+        if HAS_MASK:
+            ms = tl.load(lim_b + t * C + oc, mask=mc, other=0)
         k_lim = tl.minimum(t, K)
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_k = tl.zeros([C_PAD], dtype=tl.int32)
@@ -665,6 +671,8 @@ if HAS_TRITON:
             base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
             if HAS_PS:
                 base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                base += tl.where((s >= ms) & ((tl.load(fl_b + s) & 4) == 0), 0.0, MASK)
             trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
             x = av[:, None] + trk.to(tl.float32) + base[None, :]
             bm = tl.max(x, 0)
@@ -721,7 +729,8 @@ if HAS_TRITON:
     def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, a_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
                        oc, mc, m2, oj, TOL,
                        C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
-                       HAS_PE: tl.constexpr, COMPARE: tl.constexpr):
+                       HAS_PE: tl.constexpr, COMPARE: tl.constexpr, lim_b=None, fl_b=None,
+                       HAS_MASK: tl.constexpr = False):
         """Run positions a+1 .. b of the direct recurrence (:func:`dur_step`) from the state at a
         (``st32`` / ``st64``: the K rows of positions a-K+1 .. a), storing the rows the chunk owns:
         a (the state's last row), a+1 .. b-1, and L (row b is the next chunk's row a; never written
@@ -755,7 +764,7 @@ if HAS_TRITON:
                 # the stored row is read before this program overwrites it
                 tl.debug_barrier()
             alpha, F, bk, bc = dur_step(t, a, F, a_b, f_b, st32, st64, T1, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
-                                        C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, True)
+                                        C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, True, lim_b, fl_b, HAS_MASK)
             if IS_MAX:
                 tl.store(bp_b + t * C + oc, bk * 65536 + bc, mask=mc)
             tl.store(a_b + t * C + oc, alpha, mask=oc < st_c)

@@ -146,8 +146,8 @@ def _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring
 
 
 def _check_masked(plan: KernelPlan, masks):
-    if masks is not None and not (plan.time_parallel and plan.kind in ("reg", "mem")):
-        raise ValueError("segment masks run on the time-parallel register-ring or blocked engine only (see masked_plan)")
+    if masks is not None and not (plan.time_parallel and plan.kind in ("reg", "mem", "dur")):
+        raise ValueError("segment masks run on the time-parallel engines only (see masked_plan)")
 
 
 def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="log", proj_start=None,
@@ -338,10 +338,11 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
                    s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
+    dur_masks = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     if dur_tr:
         _anchor_duration_tr_kernel[(B, n_anchor)](
             **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
-            out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None)
+            out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None, **dur_masks)
     elif tiled:
         tiles = _blk_tiles(plan, duration_bias)
         anchors = _blk_anchors(rows_in, tiles, cum_scores, w_hat, torch.where(ok, lz, 0.0), B, n_anchor)
@@ -382,7 +383,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     else:
         # every program stores all K blocks of its chunk's workspace (zeros where it has no segment)
         wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
-        _shared_duration_tr_kernel[(B, nch)](**marg, ps_ptr=ps, wtr_ptr=wtr, HAS_PS=proj_start is not None)
+        _shared_duration_tr_kernel[(B, nch)](**marg, ps_ptr=ps, wtr_ptr=wtr, HAS_PS=proj_start is not None,
+                                             **dur_masks)
         g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)
     for t in (p_start, p_end, g_tr, g_db):

@@ -118,6 +118,13 @@ if HAS_TRITON:
         return lim
 
     @triton.jit
+    def _dur_seg_limit(s, L, K, oc, mc, me_b, fl_b, C):
+        """:func:`_seg_limit` of a masked (K, C, C) call, 0 where a flag forbids a start at s (the
+        (C, C) kernels read that from the stored U rows; the (K, C, C) ones from the flags)."""
+        lim = _seg_limit(s, L, K, oc, mc, me_b, C, True)
+        return tl.where((tl.load(fl_b + s) & 4) == 0, lim, 0)
+
+    @triton.jit
     def _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
         """``log P_seg`` of the segments starting at s with durations k (K_BLOCK, C_PAD): below
         -1e29 where a segment is not allowed (past the sequence's end or K, or a mask's limit:
@@ -443,11 +450,15 @@ if HAS_TRITON:
         C_PAD: tl.constexpr,
         HAS_PS: tl.constexpr,
         IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """``_anchor_kernel`` for a (K, C, C) transition: log Z at anchor p_j = min(j·A, L) is the
         LSE over the segments (s, k, c) covering q = min(p_j, L-1) and the previous label c' of
         alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
-        (alpha_0 = 0 gives the first segment its phantom term). Program (b, j): O(K²·C²)."""
+        (alpha_0 = 0 gives the first segment its phantom term). Program (b, j): O(K²·C²).
+        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`)."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
         L = tl.load(len_ptr + b)
@@ -475,12 +486,18 @@ if HAS_TRITON:
             if HAS_PS:
                 base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             fs = tl.load(f_b + s)
-            for k in range(i + 1, tl.minimum(K, L - s) + 1):
+            k_hi = tl.minimum(K, L - s)
+            if HAS_MASK:
+                k_lim = _dur_seg_limit(s, L, K, oc, mc, me_ptr + b * s_a_b, fl_ptr + b * s_f_b, C)
+                k_hi = tl.minimum(k_hi, tl.max(k_lim, 0))
+            for k in range(i + 1, k_hi + 1):
                 e = s + k
                 col = base + tl.load(x_b + e * C + oc, mask=mc, other=MASK)
                 col += tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
                 col += (tl.load(cum_b + e * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
                 col += (tl.load(g_b + e) + fs - ref).to(tl.float32)
+                if HAS_MASK:
+                    col += tl.where(k <= k_lim, 0.0, MASK)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
                 z = tl.where(m2c, av[:, None] + trk.to(tl.float32) + col[None, :], 2 * MASK)
                 nm = tl.maximum(run_m, tl.max(z, 0))
@@ -521,11 +538,15 @@ if HAS_TRITON:
         HAS_PS: tl.constexpr,
         HAS_PE: tl.constexpr,
         IDX64: tl.constexpr = False,
+        me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
+        fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
+        HAS_MASK: tl.constexpr = False,
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence, for a (K, C, C)
         transition: P(s, k, c', c) = exp(alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c]
         + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z), summed into P_start and the (K, C, C)
-        workspace, and P_end; normalised by the anchored log Z as ``_shared_factored_kernel``."""
+        workspace, and P_end; normalised by the anchored log Z as ``_shared_factored_kernel``.
+        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`)."""
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
         L = tl.load(len_ptr + b)
@@ -576,6 +597,9 @@ if HAS_TRITON:
                 dk = (tl.load(g_b + s + k) + fs - lzs).to(tl.float32)
                 dk += (tl.load(cum_b + (s + k) * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
                 col = base + xv + dk + dbk
+                if HAS_MASK:
+                    lim = _dur_seg_limit(s, L, K, oc, mc, me_ptr + b * s_a_b, fl_ptr + b * s_f_b, C)
+                    col += tl.where(k <= lim, 0.0, MASK)
                 p = tl.where(m2c, tl.exp(av[:, None] + trk + col[None, :]), 0.0)
                 acc += p
                 # this program alone owns row s; the same threads load and store it

@@ -134,7 +134,7 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     ``U_hat`` ((1, B, T+1, C), ``alpha_hat`` only, for (K, C, C) transitions), ``frames``
     (B, T+1) float64 (global), ``bp`` (B, T+1, C) int32 packed backpointers k * 65536 + c_prev
     (max semiring, else None) and :class:`ChunkStats`. ``masks``: ``(min_start, max_end, flags)``
-    of a constrained call ((C, C) transitions only; see ``limits.py``). The fix-ups converge to
+    of a constrained call (``limits.py``). The fix-ups converge to
     the plan's tolerance (:func:`~.plan.fixup_tol`).
     """
     from torch_semimarkov.engines.triton.chunks import _dur_chunks_kernel, _reg_chunks_kernel
@@ -167,13 +167,13 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
+    if masks is not None:
+        args.update(lim_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
     if dur:
         i32, i64 = _start_state(K, C, K - 1, dev)
         redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, r_ptr=saved[0], i32=i32, i64=i64, T1=T1), meta,
                                steps)
     else:
-        if masks is not None:
-            args.update(lim_ptr=masks[0], fl_ptr=masks[2], HAS_MASK=True)
         redone = _three_phases(_reg_chunks_kernel, B, n, dict(args, a_ptr=saved[0], r_ptr=saved[1], eb=eb),
                                dict(meta, REBASE=REBASE), steps)
     frames = forward_offsets(frames, delta, W)
@@ -215,12 +215,12 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     )
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
+    if masks is not None:
+        args.update(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     if dur:
         i32, i64 = _start_state(K, C, 0, dev)
         redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), dict(meta, REVERSE=True), steps)
     else:
-        if masks is not None:
-            args.update(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
         redone = _three_phases(_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE, REVERSE=True), steps)
     g = backward_offsets(g, delta, W)
     return x_hat, g, ChunkStats(status.bool(), steps, redone)

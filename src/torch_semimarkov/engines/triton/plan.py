@@ -29,6 +29,9 @@ REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 #: of at least 4·K the saved end states (2·K·C values a chunk) stay below the stored rows (T·C).
 DUR_PARALLEL_MAX_K = 1024
 
+#: Warps of the time-parallel (K, C, C) engine's programs (a (C_PAD, C_PAD) tile a step).
+DUR_PARALLEL_WARPS = 4
+
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
 
@@ -490,7 +493,7 @@ def make_plan(
     # recurrence, its K-row state in memory, for a (K, C, C) one
     par_warps = num_warps
     if duration_transitions:
-        par_warps = par_warps or 4
+        par_warps = par_warps or DUR_PARALLEL_WARPS
         supported = k_pad <= DUR_PARALLEL_MAX_K
         limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} for a (K, C, C) transition"
     else:
@@ -573,19 +576,26 @@ def make_plan(
 
 
 def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device=None,
-                blocked: bool = False) -> Optional[KernelPlan]:
+                blocked: bool = False, duration_transitions: bool = False) -> Optional[KernelPlan]:
     """The plan of a constrained call (``label_mask`` / ``boundary_mask``): the time-parallel
     register-ring engine, whose kernels read the per-(position, label) segment limits, with a
     single chunk when the sequences are too short to cut. For a ring too large for registers:
     the blocked engine (``blocked.py``, which reads the same limits in its forward, beta and
     Viterbi) with ``blocked=True``, else None (the entropy and top-k kernels need the register
-    ring); the caller then takes another path."""
+    ring); the caller then takes another path. A (K, C, C) transition (``duration_transitions``)
+    runs the chunked direct recurrence (one chunk when the sequences are too short to cut), whose
+    forward, beta, marginals and Viterbi read the same limits; None where K_PAD passes
+    :data:`DUR_PARALLEL_MAX_K`."""
     import dataclasses
 
     try:
-        p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device)
+        p = make_plan(B, T, K, C, semiring=semiring, time_parallel=True, device=device,
+                      duration_transitions=duration_transitions)
     except ValueError:
         return None
+    if duration_transitions:
+        return p if p.time_parallel else dataclasses.replace(p, kind="dur", time_parallel=True, chunk=max(T, 1),
+                                                              n_chunks=1, num_warps=DUR_PARALLEL_WARPS)
     if p.kind == "mem" and p.time_parallel:  # the blocked engine: a ring too large for registers
         return p if blocked else None
     if p.time_parallel:
