@@ -338,57 +338,24 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
     assert (s.log_prob <= 1e-9).all()
 
 
-def test_masks_on_the_blocked_engine_equal_the_float64_path():
+@pytest.mark.parametrize("kcc", [False, True], ids=["blocked", "KCC"])
+def test_masks_on_large_rings_equal_the_float64_path(kcc):
     """Partial labels on a ring too large for registers (512 x 64: the blocked engine reads the
-    segment limits): masked log Z, its gradients and the constrained Viterbi against the float64
-    PyTorch path on the CPU."""
-    from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_viterbi
-    from torch_semimarkov.engines.triton.plan import masked_plan
-
-    B, T, K, C = 2, 1500, 300, 40
-    assert masked_plan(B, T, K, C, blocked=True).kind == "mem"
-    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=13)
-    cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
-    lm = torch.ones(B, T, C, dtype=torch.bool)
-    lm[:, 100:400, :5] = False
-    lm[0, 700:760] = False
-    lm[0, 700:760, 7] = True
-    bm = torch.zeros(B, T, dtype=torch.long)
-    bm[:, 900] = 1
-    bm[1, 50:80] = -1
-    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
-    out = []
-    for dev, dtype, backend in (("cuda", torch.float32, "auto"), ("cpu", torch.float64, "torch")):
-        inp = _cuda(cpu, dtype) if dev == "cuda" else cpu
-        leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
-        z = semi_crf_streaming_forward(**dict(inp, **leaves), label_mask=lm.to(dev), boundary_mask=bm.to(dev),
-                                       backend=backend)
-        z.sum().backward()
-        v = semi_crf_streaming_viterbi(**inp, label_mask=lm.to(dev), boundary_mask=bm.to(dev), backend=backend)
-        out.append((z.detach().cpu().double(), [leaves[k].grad.cpu().double() for k in names], v.scores.cpu().double()))
-    (za, ga, va), (zb, gb, vb) = out
-    assert_close(za, zb, rtol=1e-6, atol=1e-3)
-    assert_close(va, vb, rtol=1e-6, atol=1e-3)
-    for a, b in zip(ga, gb):
-        assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
-def test_masks_on_the_duration_transition_engine_equal_the_float64_path():
-    """Partial labels with a (K, C, C) transition (the chunked direct recurrence reads the segment
-    limits in its forward, beta, marginals and Viterbi): masked log Z, its gradients, marginals and
-    the constrained Viterbi against the float64 PyTorch path on the CPU."""
+    segment limits) and with a (K, C, C) transition (the chunked direct recurrence reads them in
+    its forward, beta, marginals and Viterbi): masked log Z, its gradients, the marginals and the
+    constrained Viterbi against the float64 PyTorch path on the CPU."""
     from torch_semimarkov import semi_crf_streaming_forward, semi_crf_streaming_marginals, semi_crf_streaming_viterbi
     from torch_semimarkov.engines.triton.plan import masked_plan
 
-    B, T, K, C = 2, 1500, 60, 6
-    p = masked_plan(B, T, K, C, duration_transitions=True, device="cuda")
-    assert p.kind == "dur" and p.time_parallel and p.n_chunks >= 2
-    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=14, duration_transitions=True)
+    B, T, K, C = (2, 1500, 60, 6) if kcc else (2, 1500, 300, 40)
+    p = masked_plan(B, T, K, C, blocked=True, duration_transitions=kcc, device="cuda")
+    assert p.kind == ("dur" if kcc else "mem") and p.time_parallel and (p.n_chunks >= 2 or not kcc)
+    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=14 if kcc else 13, duration_transitions=kcc)
     cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
     lm = torch.ones(B, T, C, dtype=torch.bool)
-    lm[:, 100:400, :2] = False
+    lm[:, 100:400, :2 if kcc else 5] = False
     lm[0, 700:760] = False
-    lm[0, 700:760, 3] = True
+    lm[0, 700:760, 3 if kcc else 7] = True
     bm = torch.zeros(B, T, dtype=torch.long)
     bm[:, 900] = 1
     bm[1, 50:80] = -1

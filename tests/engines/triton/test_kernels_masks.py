@@ -82,9 +82,13 @@ def _params(d):
     return [d[k] for k in ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end") if d[k] is not None]
 
 
-@pytest.mark.parametrize("proj,forbid", [(False, False), (True, False), (True, True)])
-def test_engine_masked_log_partition_and_gradients(engine_calls, proj, forbid):
-    ref, run = _inputs(1, proj=proj, forbid=forbid)
+@pytest.mark.parametrize("proj,forbid,kcc", [(False, False, False), (True, False, False), (True, True, False),
+                                             (False, False, True), (True, True, True)])
+def test_engine_masked_log_partition_and_gradients(engine_calls, proj, forbid, kcc):
+    """log Z of the allowed segmentations and its gradients (through the masked beta and marginal
+    kernels) against the restricted enumeration; ``kcc``: a (K, C, C) transition (the chunked
+    direct recurrence, whatever the fixture's ring)."""
+    ref, run = _inputs(1, proj=proj, forbid=forbid, kcc=kcc)
     B, T1, C = ref["cum_scores"].shape
     lm, bm = _masks(2, B, T1 - 1, C)
     for d in (ref,):
@@ -105,22 +109,23 @@ def test_engine_masked_log_partition_and_gradients(engine_calls, proj, forbid):
         torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
 
 
-def test_engine_masked_viterbi_and_marginals(engine_calls):
-    ref, run = _inputs(5, proj=True)
+def _check_viterbi_and_marginals(v, m, ref, lm, bm, best=None):
+    """The masked Viterbi (score, segments), the start / end marginals and (``best``) the
+    max-semiring score against the enumeration restricted to the allowed segmentations; returns
+    how many sequences have one."""
     B, T1, C = ref["cum_scores"].shape
     T = T1 - 1
-    lm, bm = _masks(6, B, T, C)
-    with torch.no_grad():
-        v = semi_crf_streaming_viterbi(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-        m = semi_crf_streaming_marginals(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    assert len(engine_calls) >= 2 and all(engine_calls)
+    seen = 0
     for b, (segs, scores) in enumerate(_restricted(ref, lm, bm)):
         if not segs:
             assert cpu(v.scores)[b] == -math.inf and (cpu(v.labels)[b] == -1).all()
             continue
+        seen += 1
         scores = scores.detach()
         i = int(scores.argmax())
         assert abs(float(v.scores[b]) - float(scores[i])) < 1e-4
+        if best is not None:
+            assert abs(float(best[b]) - float(scores[i])) < 1e-4
         assert v.segments[b] == list(segs[i])
         p = torch.softmax(scores, 0)
         start = torch.zeros(T, C, dtype=F64)
@@ -131,10 +136,26 @@ def test_engine_masked_viterbi_and_marginals(engine_calls):
                 end[e - 1, c] += pi
         torch.testing.assert_close(cpu(m.start[b]).double(), start, atol=1e-5, rtol=0)
         torch.testing.assert_close(cpu(m.end[b]).double(), end, atol=1e-5, rtol=0)
+    return seen
 
 
-def test_engine_all_true_masks_equal_the_unmasked_engine(engine_calls):
-    ref, run = _inputs(3, proj=True)
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_engine_masked_viterbi_and_marginals(engine_calls, kcc):
+    ref, run = _inputs(5, proj=True, kcc=kcc)
+    B, T1, C = ref["cum_scores"].shape
+    lm, bm = _masks(6, B, T1 - 1, C)
+    with torch.no_grad():
+        v = semi_crf_streaming_viterbi(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+        m = semi_crf_streaming_marginals(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
+        best = semi_crf_streaming_forward(**run, semiring="max", label_mask=lm.to(DEVICE),
+                                          boundary_mask=bm.to(DEVICE))
+    assert len(engine_calls) >= 3 and all(engine_calls)
+    assert _check_viterbi_and_marginals(v, m, ref, lm, bm, best)
+
+
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_engine_all_true_masks_equal_the_unmasked_engine(engine_calls, kcc):
+    ref, run = _inputs(3, proj=True, kcc=kcc)
     B, T1, C = ref["cum_scores"].shape
     lm = torch.ones(B, T1 - 1, C, dtype=torch.bool, device=DEVICE)
     bm = torch.zeros(B, T1 - 1, dtype=torch.long, device=DEVICE)
@@ -145,8 +166,9 @@ def test_engine_all_true_masks_equal_the_unmasked_engine(engine_calls):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_engine_mask_that_allows_nothing(engine_calls):
-    ref, run = _inputs(4)
+@pytest.mark.parametrize("kcc", [False, True], ids=["CC", "KCC"])
+def test_engine_mask_that_allows_nothing(engine_calls, kcc):
+    ref, run = _inputs(4, kcc=kcc)
     B, T1, C = ref["cum_scores"].shape
     lm = torch.ones(B, T1 - 1, C, dtype=torch.bool)
     lm[0, 2] = False
@@ -237,11 +259,12 @@ def test_engine_limits_kernel(monkeypatch, K):
     assert (fl == 0).all() and (ms == 0).all() and (me == T).all()
 
 
-@pytest.mark.parametrize("chunk", [7, 1000])
-def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chunk):
+@pytest.mark.parametrize("chunk,kcc", [(7, False), (1000, False), (7, True)], ids=["chunks", "one-chunk", "KCC"])
+def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chunk, kcc):
     """T = 40 with sparse and dense constraints, 6 chunks of 7: the ring entries each limit excludes
-    are dropped once (where the flags say so) and stay dropped across chunk boundaries; log Z,
-    its gradients and the constrained Viterbi score equal the float64 PyTorch path."""
+    are dropped once (where the flags say so) and stay dropped across chunk boundaries (a (K, C, C)
+    transition's direct recurrence tests every term against the limits); log Z, its gradients and
+    the constrained Viterbi score equal the float64 PyTorch path."""
     monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
     B, T, K, C = 2, 40, 6, 3
     g = torch.Generator().manual_seed(11)
@@ -249,6 +272,9 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     tr = torch.randn(C, C, generator=g, dtype=F64)
     db = torch.randn(K, C, generator=g, dtype=F64)
     ps = torch.randn(B, T, C, generator=g, dtype=F64)
+    if kcc:
+        tr = tr + torch.randn(K, C, C, generator=g, dtype=F64)
+        tr[2, 0, 1] = -math.inf
     lengths = torch.tensor([T, T - 9])
     lm = torch.ones(B, T, C, dtype=torch.bool)
     lm[0, ::7] = torch.nn.functional.one_hot(torch.randint(0, C, (T,), generator=g)[::7], C).bool()
@@ -256,7 +282,8 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     lm[1, torch.arange(T), torch.randint(0, C, (T,), generator=g)] = True
     bm = torch.zeros(B, T, dtype=torch.long)
     bm[:, 5::13] = 1
-    bm[0, 3::11] = -1
+    bm[0, 3::11] = -1  # 14: a forbidden start at a chunk boundary
+    bm[1, 8] = -1  # the position after one
     bm[:, 0] = 0
     args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps,
                 label_mask=lm, boundary_mask=bm)
@@ -269,9 +296,10 @@ def test_engine_masks_on_long_sequences_match_the_pytorch_path(monkeypatch, chun
     run = {k: (v.detach().to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor)
                and v.is_floating_point() else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v))
            for k, v in args.items()}
-    assert select.engine_masks(*constrained_mod._validated(
+    on = select.engine_masks(*constrained_mod._validated(
         run["cum_scores"], run["transition"], run["duration_bias"], run["lengths"], K, run["proj_start"], None,
-        run["label_mask"], run["boundary_mask"])) is not None
+        run["label_mask"], run["boundary_mask"])[:3], any_transition=True)
+    assert on is not None and on[0].kind == ("dur" if kcc else "reg") and on[0].n_chunks == (1 if chunk > T else 6)
     got = semi_crf_streaming_forward(**run)
     torch.testing.assert_close(cpu(got).double(), want.detach(), atol=2e-4, rtol=1e-5)
     for a, b in zip(torch.autograd.grad(got.sum(), [run[k] for k in ("cum_scores", "transition", "duration_bias",
@@ -301,132 +329,3 @@ def test_engine_masked_best_score_and_its_gradient(engine_calls):
     for a, b in zip(got, exp):
         b = torch.zeros_like(a, dtype=F64, device="cpu") if b is None else b
         torch.testing.assert_close(cpu(a).double(), b, atol=1e-5, rtol=0)
-
-
-# ------------------------------------------------------------------ a (K, C, C) transition
-
-@pytest.fixture(params=[3, 1000], ids=["chunks", "one-chunk"])
-def kcc_calls(request, monkeypatch):
-    """The chunked direct recurrence of a (K, C, C) transition, with chunks of 3 (fix-ups and
-    repairs at T = 7) or one chunk."""
-    return recording_engine(monkeypatch, request.param, select, "engine_masks")
-
-
-@pytest.mark.parametrize("proj,forbid", [(False, False), (True, True)])
-def test_engine_masked_duration_transition_log_partition_and_gradients(kcc_calls, proj, forbid):
-    """Masks on the (K, C, C) engine: log Z of the allowed segmentations and its gradients
-    (through the masked beta and marginal kernels) against the restricted enumeration."""
-    ref, run = _inputs(21, proj=proj, forbid=forbid, kcc=True)
-    B, T1, C = ref["cum_scores"].shape
-    lm, bm = _masks(22, B, T1 - 1, C)
-    for t in _params(ref):
-        t.requires_grad_()
-    log_z = semi_crf_streaming_forward(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    assert kcc_calls and all(kcc_calls), "the masked (K, C, C) call did not go to the engine"
-    want = torch.stack([torch.logsumexp(s, 0) if len(s) else torch.tensor(-math.inf, dtype=F64)
-                        for _, s in _restricted(ref, lm, bm)])
-    ok = torch.isfinite(want)
-    assert ok.any() and torch.equal(torch.isfinite(cpu(log_z)), ok)
-    torch.testing.assert_close(cpu(log_z).double()[ok], want[ok], atol=1e-4, rtol=1e-5)
-    got = torch.autograd.grad(log_z[ok.to(DEVICE)].sum(), _params(run))
-    exp = torch.autograd.grad(want[ok].sum(), _params(ref), allow_unused=True)
-    for a, b in zip(got, exp):
-        b = torch.zeros_like(a, dtype=F64, device="cpu") if b is None else b
-        torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
-
-
-def test_engine_masked_duration_transition_viterbi_marginals_and_best_score(kcc_calls):
-    """The masked (K, C, C) engine's Viterbi (segments and score), marginals and max-semiring
-    score against the restricted enumeration; a mask that allows nothing gives -inf."""
-    ref, run = _inputs(25, proj=True, kcc=True)
-    B, T1, C = ref["cum_scores"].shape
-    T = T1 - 1
-    lm, bm = _masks(26, B, T, C)
-    with torch.no_grad():
-        v = semi_crf_streaming_viterbi(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-        m = semi_crf_streaming_marginals(**run, label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-        best = semi_crf_streaming_forward(**run, semiring="max", label_mask=lm.to(DEVICE),
-                                          boundary_mask=bm.to(DEVICE))
-    assert len(kcc_calls) >= 3 and all(kcc_calls)
-    seen = 0
-    for b, (segs, scores) in enumerate(_restricted(ref, lm, bm)):
-        if not segs:
-            assert cpu(v.scores)[b] == -math.inf and (cpu(v.labels)[b] == -1).all()
-            continue
-        seen += 1
-        scores = scores.detach()
-        i = int(scores.argmax())
-        assert abs(float(v.scores[b]) - float(scores[i])) < 1e-4
-        assert abs(float(best[b]) - float(scores[i])) < 1e-4
-        assert v.segments[b] == list(segs[i])
-        p = torch.softmax(scores, 0)
-        start = torch.zeros(T, C, dtype=F64)
-        end = torch.zeros(T, C, dtype=F64)
-        for pi, seg in zip(p, segs):
-            for s, e, c in seg:
-                start[s, c] += pi
-                end[e - 1, c] += pi
-        torch.testing.assert_close(cpu(m.start[b]).double(), start, atol=1e-5, rtol=0)
-        torch.testing.assert_close(cpu(m.end[b]).double(), end, atol=1e-5, rtol=0)
-    assert seen
-    nothing = torch.ones(B, T, C, dtype=torch.bool)
-    nothing[0, 2] = False
-    log_z = semi_crf_streaming_forward(**run, label_mask=nothing.to(DEVICE))
-    assert cpu(log_z)[0] == -math.inf and torch.isfinite(cpu(log_z)[1:]).all()
-
-
-def test_engine_all_true_masks_on_a_duration_transition_equal_the_unmasked_engine(kcc_calls):
-    ref, run = _inputs(23, proj=True, kcc=True)
-    B, T1, C = ref["cum_scores"].shape
-    lm = torch.ones(B, T1 - 1, C, dtype=torch.bool, device=DEVICE)
-    bm = torch.zeros(B, T1 - 1, dtype=torch.long, device=DEVICE)
-    masked = semi_crf_streaming_forward(**run, label_mask=lm, boundary_mask=bm)
-    assert kcc_calls == [True]
-    plain = semi_crf_streaming_forward(**run)
-    torch.testing.assert_close(masked, plain, atol=1e-5, rtol=1e-6)
-    for a, b in zip(torch.autograd.grad(masked.sum(), _params(run)), torch.autograd.grad(plain.sum(), _params(run))):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-
-
-def test_engine_masks_on_a_long_duration_transition_match_the_pytorch_path(monkeypatch):
-    """T = 40, chunks of 7 (fix-ups across the masks' limits, a forbidden start right after a
-    chunk boundary): log Z, its gradients and the constrained Viterbi score of a (K, C, C) model
-    equal the float64 PyTorch path."""
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 7)
-    B, T, K, C = 2, 40, 6, 3
-    g = torch.Generator().manual_seed(31)
-    cum = torch.nn.functional.pad(torch.randn(B, T, C, generator=g, dtype=F64).cumsum(1), (0, 0, 1, 0))
-    tr = torch.randn(K, C, C, generator=g, dtype=F64)
-    tr[2, 0, 1] = -math.inf
-    db = torch.randn(K, C, generator=g, dtype=F64)
-    ps = torch.randn(B, T, C, generator=g, dtype=F64)
-    lengths = torch.tensor([T, T - 9])
-    lm = torch.rand(B, T, C, generator=g) < 0.8
-    lm[torch.arange(B)[:, None], torch.arange(T), torch.randint(0, C, (B, T), generator=g)] = True
-    bm = torch.zeros(B, T, dtype=torch.long)
-    bm[:, 5::13] = 1
-    bm[0, 8::11] = -1  # 8: the position after the first chunk boundary (7)
-    bm[:, 0] = 0
-    args = dict(cum_scores=cum, transition=tr, duration_bias=db, lengths=lengths, K=K, proj_start=ps,
-                label_mask=lm, boundary_mask=bm)
-    want = constrained_mod.constrained_log_partition(**{k: (v.requires_grad_() if k in ("cum_scores", "transition",
-                                                  "duration_bias", "proj_start") else v) for k, v in args.items()})
-    assert torch.isfinite(want).all()
-    exp = torch.autograd.grad(want.sum(), [cum, tr, db, ps])
-    best = semi_crf_streaming_viterbi(**args).scores
-    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
-    run = {k: (v.detach().to(DEVICE, torch.float32).requires_grad_() if isinstance(v, torch.Tensor)
-               and v.is_floating_point() else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v))
-           for k, v in args.items()}
-    on = select.engine_masks(*constrained_mod._validated(
-        run["cum_scores"], run["transition"], run["duration_bias"], run["lengths"], K, run["proj_start"], None,
-        run["label_mask"], run["boundary_mask"])[:3], any_transition=True)
-    assert on is not None and on[0].kind == "dur" and on[0].n_chunks == 6
-    got = semi_crf_streaming_forward(**run)
-    torch.testing.assert_close(cpu(got).double(), want.detach(), atol=2e-4, rtol=1e-5)
-    for a, b in zip(torch.autograd.grad(got.sum(), [run[k] for k in ("cum_scores", "transition", "duration_bias",
-                                                                     "proj_start")]), exp):
-        torch.testing.assert_close(cpu(a).double(), b, atol=2e-4, rtol=1e-4)
-    with torch.no_grad():
-        v = semi_crf_streaming_viterbi(**run)
-    torch.testing.assert_close(cpu(v.scores).double(), best.double(), atol=2e-4, rtol=1e-5)
