@@ -22,12 +22,12 @@ def random_model(B, T, K, C, seed=0, kcc=False):
     return cum, tr, db, torch.full((B,), T, device="cuda")
 
 
-def public_calls(shape):
-    """``(fwdbwd, viterbi, model)`` on a random model at ``shape`` "B,T,K,C": the public log Z and
-    its gradient with respect to the three leaves, the public Viterbi (the profiling probes), and
-    the model ``(cum_scores, transition, duration_bias, lengths, K)``."""
+def public_calls(shape, kcc=False):
+    """``(fwdbwd, viterbi, model)`` on a random model at ``shape`` "B,T,K,C" (``kcc``: a (K, C, C)
+    transition): the public log Z and its gradient with respect to the three leaves, the public
+    Viterbi (the profiling probes), and the model ``(cum_scores, transition, duration_bias, lengths, K)``."""
     B, T, K, C = (int(x) for x in shape.split(","))
-    cum, tr, db, lengths = random_model(B, T, K, C)
+    cum, tr, db, lengths = random_model(B, T, K, C, kcc=kcc)
 
     def fwdbwd():
         z = semi_crf_streaming_forward(cum, tr, db, lengths, K)

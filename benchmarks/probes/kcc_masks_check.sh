@@ -3,9 +3,10 @@
 # The compiled tests (the interpreter's (K, C, C) mask and entropy cases compiled; the CUDA tests of
 # test_gpu.py for masks and the distribution calls), then `bench_distribution.py --kcc`: the
 # engine's masked forward+backward and entropy against the float64 PyTorch path at the smaller
-# size, the engine alone at the larger (the float64 path takes minutes there).
+# size, the engine alone at the larger (the float64 path takes minutes there); then where a (K, C, C)
+# forward+backward spends its time (`profile_fwdbwd.py ... kcc`, CUDA time per kernel).
 #     bash benchmarks/probes/kcc_masks_check.sh      (results under $OUT)
-# Env: TESTS (pytest -k), SMALL / LARGE (bench_distribution --sizes), END_S.
+# Env: TESTS (pytest -k), SMALL / LARGE (bench_distribution --sizes), PROFILE (B,T,K,C), END_S.
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
@@ -22,6 +23,10 @@ timeout $(( ${END_S:-560} - ($(date +%s) - t0) )) python3 benchmarks/bench_distr
     --sizes ${LARGE:-2,20000,200,24} --repeat 5 --only entropy,masked_fwd_bwd,masked_entropy \
     --out $OUT/distribution_kcc_masks_large.json >> $OUT/distribution_kcc_masks.log 2>&1
 echo "bench large rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+timeout $(( ${END_S:-560} - ($(date +%s) - t0) )) python3 benchmarks/probes/profile_fwdbwd.py \
+    $OUT/kcc_profile.json ${PROFILE:-1,10000,500,47} kcc > $OUT/kcc_profile.log 2>&1
+echo "profile rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 cat $OUT/phases.txt
 grep -E "FAILED|ERROR" $OUT/tests.log | head -20; tail -3 $OUT/tests.log
 cat $OUT/distribution_kcc_masks.log
+head -30 $OUT/kcc_profile.log

@@ -2,7 +2,9 @@
 self time per kernel, and one iteration's kernel timeline with streams, to see which kernels
 overlap), through the public API on a random model.
 
-    python benchmarks/probes/profile_fwdbwd.py $OUT/profile.json [B,T,K,C]
+    python benchmarks/probes/profile_fwdbwd.py $OUT/profile.json [B,T,K,C] [kcc]
+
+``kcc``: a (K, C, C) transition (the chunked direct recurrence; its fix-up statistics are not read).
 """
 import json
 import os
@@ -16,10 +18,11 @@ from ab_common import public_calls  # noqa: E402
 
 SHAPE = sys.argv[2] if len(sys.argv) > 2 else "4,100000,960,47"
 B, T, K, C = (int(x) for x in SHAPE.split(","))
-fwdbwd, viterbi, (cum, tr, db, lengths, _) = public_calls(SHAPE)
+KCC = len(sys.argv) > 3 and sys.argv[3] == "kcc"
+fwdbwd, viterbi, (cum, tr, db, lengths, _) = public_calls(SHAPE, kcc=KCC)
 
 
-res = {"device": torch.cuda.get_device_name(), "shape": [B, T, K, C]}
+res = {"device": torch.cuda.get_device_name(), "shape": [B, T, K, C], "kcc": KCC}
 for name, fn in (("fwdbwd", fwdbwd), ("viterbi", viterbi)):
     for _ in range(2):
         fn()
@@ -41,6 +44,9 @@ for name, fn in (("fwdbwd", fwdbwd), ("viterbi", viterbi)):
         print("  ", r, flush=True)
     for r in timeline[:40]:
         print("    ", r, flush=True)
+if KCC:
+    json.dump(res, open(sys.argv[1], "w"), indent=1)
+    sys.exit(0)
 # the fix-ups of the differentiated forward's plan (split chunks where they apply)
 from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 from torch_semimarkov.engines.triton import launch, parallel  # noqa: E402
