@@ -9,6 +9,8 @@ For each size (B, T, K, C) it times, on one device and with the same random mode
 * ``sample16_torch``: the same on the PyTorch path (``backend="torch"``, float64), what a (K, C, C)
   transition ran before the engine's end-node walk;
 * ``entropy_grad``: ``semi_crf_streaming_entropy`` and its gradient;
+* ``entropy_grad_torch``: the same on the float64 PyTorch path (``backend="torch"``), what a
+  (K, C, C) transition ran before the engine took its gradient;
 * ``entropy``: its value alone (under ``torch.no_grad()``: the engine on CUDA);
 * ``entropy_torch``: the value on the float64 PyTorch path (``backend="torch"``), what a (K, C, C)
   transition ran before the engine took its value;
@@ -90,9 +92,9 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
         semi_crf_streaming_forward(c, t, d, lengths, K, **masks).sum().backward()
 
-    def entropy_grad():
+    def entropy_grad(backend="auto"):
         c, t, d = (x.detach().requires_grad_() for x in (cum, tr, db))
-        semi_crf_streaming_entropy(c, t, d, lengths, K).sum().backward()
+        semi_crf_streaming_entropy(c, t, d, lengths, K, backend=backend).sum().backward()
 
     def entropy(backend="auto", **masks):
         with torch.no_grad():
@@ -114,7 +116,8 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         # engine sampling for CUDA tensors (forward + the chunked walk kernel)
         "sample16": (sample, repeat if device.type == "cuda" else repeat_slow),
         "sample16_torch": (lambda: sample("torch"), repeat_slow),
-        "entropy_grad": (entropy_grad, repeat_slow),
+        "entropy_grad": (entropy_grad, repeat if device.type == "cuda" else repeat_slow),
+        "entropy_grad_torch": (lambda: entropy_grad("torch"), repeat_slow),
         "entropy": (entropy, repeat if device.type == "cuda" else repeat_slow),
         # the float64 expectation-semiring path (on CUDA: one program per sequence)
         "entropy_torch": (lambda: entropy("torch"), repeat_slow),
@@ -133,7 +136,7 @@ def run_size(B, T, K, C, device, repeat, repeat_slow, log, only=None, kcc=False)
         out[name] = _time(fn, device, n)
         log(f"  {name:>15}: {out[name]:10.2f} ms")
     for name, base in (("topk5", "viterbi"), ("topk5_torch_selection", "viterbi"), ("sample16", "fwd_bwd"), ("sample16_torch", "sample16"), ("entropy_grad", "fwd_bwd"), ("entropy", "fwd_bwd"),
-                       ("entropy_torch", "entropy"), ("masked_fwd_bwd", "fwd_bwd"),
+                       ("entropy_torch", "entropy"), ("entropy_grad_torch", "entropy_grad"), ("masked_fwd_bwd", "fwd_bwd"),
                        ("masked_fwd_bwd_torch", "masked_fwd_bwd"), ("masked_entropy", "entropy")):
         if name in out:
             out[f"ratio_{name}_over_{base}"] = out[name] / out[base]

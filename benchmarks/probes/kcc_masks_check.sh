@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device call (issue 25): masks and the entropy's value of a (K, C, C) transition on the engine.
+# Device call (issue 25): masks and the entropy (value and gradient) of a (K, C, C) transition on the engine.
 # The compiled tests (the interpreter's (K, C, C) mask and entropy cases compiled; the CUDA tests of
 # test_gpu.py for masks and the distribution calls), then `bench_distribution.py --kcc`: the
 # engine's masked forward+backward and entropy against the float64 PyTorch path at the smaller
@@ -12,15 +12,15 @@ nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 timeout 330 python3 -m pytest -q -n 4 -p no:cacheprovider -p no:benchmark -o addopts="" --tb=short \
     tests/engines/triton/test_kernels_masks.py tests/engines/triton/test_kernels_entropy.py \
-    tests/engines/triton/test_gpu.py -k "${TESTS:-duration or masks or topk_samples}" > $OUT/tests.log 2>&1
+    tests/engines/triton/test_gpu.py -k "${TESTS:-duration or masks or topk_samples or kcc or KCC or gradient}" > $OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 timeout $(( ${END_S:-560} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
-    --sizes ${SMALL:-4,10000,64,8} --repeat 5 \
-    --only entropy,entropy_torch,masked_fwd_bwd,masked_fwd_bwd_torch,masked_entropy \
+    --sizes ${SMALL:-4,5000,64,8} --repeat 5 \
+    --only entropy,entropy_torch,entropy_grad,entropy_grad_torch,masked_fwd_bwd,masked_fwd_bwd_torch,masked_entropy \
     --out $OUT/distribution_kcc_masks_small.json > $OUT/distribution_kcc_masks.log 2>&1
 echo "bench small rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 timeout $(( ${END_S:-560} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
-    --sizes ${LARGE:-2,20000,200,24} --repeat 5 --only entropy,masked_fwd_bwd,masked_entropy \
+    --sizes ${LARGE:-2,20000,200,24} --repeat 5 --only entropy,entropy_grad,masked_fwd_bwd,masked_entropy \
     --out $OUT/distribution_kcc_masks_large.json >> $OUT/distribution_kcc_masks.log 2>&1
 echo "bench large rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 timeout $(( ${END_S:-560} - ($(date +%s) - t0) )) python3 benchmarks/probes/profile_fwdbwd.py \

@@ -159,13 +159,15 @@ class _EngineEntropy(torch.autograd.Function):
 
 def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
     """``(plan, masks, proj_start)`` of an entropy with its gradient on the engine (the
-    time-parallel register-ring plan), or None (the float64 path)."""
+    time-parallel register-ring plan of a (C, C) transition, the chunked direct recurrence of a
+    (K, C, C) one), or None (the float64 path)."""
     if lm is not None or bm is not None:
-        return engine_masks(inp, lm, bm, engine=engine, blocked=False)
-    if engine == "no" or not engine_takes(inp):
+        return engine_masks(inp, lm, bm, engine=engine, blocked=False, any_transition=True)
+    if engine == "no" or not engine_takes(inp, any_transition=True):
         return None
     from torch_semimarkov.engines.triton.plan import masked_plan
-    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device)
+    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device,
+                       duration_transitions=inp.duration_transitions)
     if plan is None:
         refuse(engine, "the entropy's gradient")
         return None
@@ -243,13 +245,8 @@ def semi_crf_streaming_entropy(
         >>> H.sum().backward(); bool((H > 0).all()), cum.grad.shape
         (True, torch.Size([2, 31, 3]))
     """
-    # the engine's kernels take a (K, C, C) transition for the value alone (no gradient)
-    value_only = not (torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad
-        for t in (cum_scores, transition, duration_bias, proj_start, proj_end)))
     inp, lm, bm, choice = _validated(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end,
-                                     label_mask, boundary_mask, validate, backend, use_triton,
-                                     any_transition=value_only)
+                                     label_mask, boundary_mask, validate, backend, use_triton, any_transition=True)
     tensors = (inp.cum_scores, inp.transition, inp.duration_bias, inp.proj_start, inp.proj_end)
     if choice == "no":
         pass

@@ -93,8 +93,8 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
     cannot take the call), ``"may"`` (``"auto"``: where they can, else the float64 PyTorch path) or
     ``"no"`` (``"torch"``, and ``"numba"``, whose compiled engine runs log Z, its gradients,
     Viterbi and marginals: the rest takes the float64 PyTorch path on the CPU).
-    ``any_transition``: the call's kernels take a (K, C, C) transition too (sampling, the entropy's
-    value)."""
+    ``any_transition``: the call's kernels take a (K, C, C) transition too (sampling, masks, the
+    entropy)."""
     if backend == "triton" and ENGINE_ON_CPU and not inp.cum_scores.is_cuda:
         name = "triton"  # tests: the engine's kernels in Triton's interpreter
     else:
@@ -104,8 +104,8 @@ def engine_choice(inp: StreamingInputs, backend: str = "auto", use_triton: bool 
     if backend == "auto":
         return "may" if use_triton else "no"
     if not engine_takes(inp, any_transition):
-        raise ValueError("backend='triton' runs k-best lists and the entropy's gradient on a (C, C) "
-                         "transition only; use backend='auto' or 'torch' for a (K, C, C) transition")
+        raise ValueError("backend='triton' runs k-best lists on a (C, C) transition only; use backend='auto' "
+                         "or 'torch' for a (K, C, C) transition")
     return "must"
 
 

@@ -327,11 +327,9 @@ def test_topk_samples_entropy_and_masks_on_cuda_equal_the_cpu(kcc):
             leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
             fn(**dict(inp, **leaves), **{k: v.to(dev) for k, v in kw.items()}).sum().backward()
             grads.append([leaves[k].grad.cpu() for k in names])
-        # the masked log Z on the engine's float32 kernels (both shapes); the entropy with its
-        # gradient there for (C, C), on the float64 path for (K, C, C)
-        engine = fn is semi_crf_streaming_forward or not kcc
+        # the masked log Z and the entropy with its gradient on the engine's float32 kernels (both shapes)
         for a, b in zip(*grads):
-            assert_close(a, b, rtol=1e-4 if engine else 0, atol=1e-4 if engine else 1e-8)
+            assert_close(a, b, rtol=1e-4, atol=1e-4)
     s = semi_crf_streaming_sample(**gpu, num_samples=64, generator=torch.Generator(device="cuda").manual_seed(0))
     assert s.labels.is_cuda and s.labels.shape == (64, 3, 120)
     assert ((s.labels >= 0).sum(-1).cpu() == torch.tensor([120, 77, 5])).all()
@@ -376,6 +374,42 @@ def test_masks_on_large_rings_equal_the_float64_path(kcc):
     assert_close(va, vb, rtol=1e-6, atol=1e-3)
     assert (la == lb).float().mean() > 0.99
     assert_close(ma, mb, rtol=0, atol=1e-4)
+    for a, b in zip(ga, gb):
+        assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
+def test_entropy_gradient_of_a_duration_transition_equals_the_float64_path(masked):
+    """The entropy with its gradient of a (K, C, C) model on the engine (the direct recurrence's
+    prefix and suffix entropies over several chunks, anchors, weighted marginals) against the
+    float64 PyTorch path on the CPU."""
+    from torch_semimarkov import semi_crf_streaming_entropy
+    from torch_semimarkov.engines.triton.plan import masked_plan
+
+    B, T, K, C = 2, 1500, 60, 6
+    p = masked_plan(B, T, K, C, duration_transitions=True, device="cuda")
+    assert p.kind == "dur" and p.n_chunks >= 2
+    cpu = make_inputs(B, T, K, C, lengths=[1500, 1100], proj="both", seed=15, duration_transitions=True)
+    cpu = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in cpu.items()}
+    masks = {}
+    if masked:
+        lm = torch.ones(B, T, C, dtype=torch.bool)
+        lm[:, 100:400, :2] = False
+        bm = torch.zeros(B, T, dtype=torch.long)
+        bm[:, 900] = 1
+        bm[1, 50:80] = -1
+        masks = dict(label_mask=lm, boundary_mask=bm)
+    names = ("cum_scores", "transition", "duration_bias", "proj_start", "proj_end")
+    out = []
+    for dev, dtype, backend in (("cuda", torch.float32, "triton"), ("cpu", torch.float64, "torch")):
+        inp = _cuda(cpu, dtype) if dev == "cuda" else cpu
+        leaves = {k: inp[k].detach().clone().requires_grad_(True) for k in names}
+        H = semi_crf_streaming_entropy(**dict(inp, **leaves), **{k: v.to(dev) for k, v in masks.items()},
+                                       backend=backend)
+        H.sum().backward()
+        out.append((H.detach().cpu().double(), [leaves[k].grad.cpu().double() for k in names]))
+    (ha, ga), (hb, gb) = out
+    assert_close(ha, hb, rtol=1e-5, atol=1e-3)
     for a, b in zip(ga, gb):
         assert_close(a, b, rtol=1e-4, atol=1e-4)
 

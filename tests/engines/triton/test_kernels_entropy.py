@@ -108,12 +108,15 @@ def _float64_entropy_and_grads(monkeypatch, ref, masks):
     return H.detach(), {k: leaves[k].grad for k in names}
 
 
-@pytest.mark.parametrize("proj,forbid,masked", [(False, False, False), (True, True, True)])
-def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engine, proj, forbid, masked):
+@pytest.mark.parametrize("proj,forbid,masked,kcc", [(False, False, False, False), (True, True, True, False),
+                                                   (False, False, False, True), (True, True, True, True),
+                                                   (True, False, False, True)])
+def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engine, proj, forbid, masked, kcc):
     """The entropy WITH its gradient on the engine (kernels/entropy.py: prefix and suffix entropy
-    recurrences, weighted marginals): value and every input's gradient equal the float64
+    recurrences, weighted marginals; ``kcc``: a (K, C, C) transition, the direct recurrence's
+    kernels with ``ENT``): value and every input's gradient equal the float64
     expectation-semiring path, which test_distribution.py checks against the enumeration."""
-    ref, run = _inputs(25, proj=proj, forbid=forbid)
+    ref, run = _inputs(25, proj=proj, forbid=forbid, kcc=kcc)
     B, T1, C = ref["cum_scores"].shape
     lm, bm = _masks(26, B, T1 - 1, C)
     masks = dict(label_mask=lm, boundary_mask=bm) if masked else {}
@@ -127,19 +130,22 @@ def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engin
         torch.testing.assert_close(cpu(run[k].grad).double(), g, atol=2e-4, rtol=1e-4, msg=k)
 
 
-@pytest.mark.parametrize("k_block", [None, 2], ids=["one-duration-block", "duration-blocks-of-2"])
-def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block):
+@pytest.mark.parametrize("k_block,kcc", [(None, False), (2, False), (None, True)],
+                         ids=["one-duration-block", "duration-blocks-of-2", "KCC"])
+def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block, kcc):
     """T = 30 in chunks of 7 (fix-ups and the repair run), ragged, projections, a forbidden
     transition and partial labels: the engine's entropy gradient equals the float64 path's.
     With duration tiles of 2 the weighted-marginal and anchor kernels take several duration
-    blocks (P_start / Q_start accumulate across them)."""
+    blocks (P_start / Q_start accumulate across them); ``kcc``: a (K, C, C) transition."""
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", k_block)
     recording = recording_engine(monkeypatch, 7, entropy_mod, "_entropy_engine")
     B, T, K, C = 2, 30, 5, 3
     g = torch.Generator().manual_seed(27)
     cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) - 3.0).cumsum(1), (0, 0, 1, 0))
     tr = torch.randn(C, C, generator=g, dtype=F64)
-    tr[1, 2] = -math.inf
+    if kcc:
+        tr = tr + torch.randn(K, C, C, generator=g, dtype=F64)
+    tr[..., 1, 2] = -math.inf
     ref = dict(cum_scores=cum, transition=tr, duration_bias=torch.randn(K, C, generator=g, dtype=F64),
                lengths=torch.tensor([T, T - 9]), K=K, proj_start=torch.randn(B, T, C, generator=g, dtype=F64),
                proj_end=torch.randn(B, T, C, generator=g, dtype=F64))

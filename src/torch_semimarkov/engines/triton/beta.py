@@ -410,6 +410,59 @@ if HAS_TRITON:
         return beta, G
 
     @triton.jit
+    def dur_ent_beta_step(s, b0, L, Gh, h_b, gh_b, st32, st64, ex_b, eg_b, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
+                          m2c, C_PAD: tl.constexpr, HAS_PS: tl.constexpr, lim_b, fl_b, HAS_MASK: tl.constexpr):
+        """One position of the suffix entropies of a (K, C, C) transition (the entropy engine's
+        backward half): h'_s(c'), the entropy of the suffix given that a segment of label c' ends
+        at s,
+
+            h'_s(c') = sum_{k, c} sigma (h'_{s+k}(c) - log sigma),
+            sigma ∝ exp(Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)),
+
+        the weights of :func:`dur_beta_step`'s terms, from the stored Y rows ``ex_b`` and their
+        global frames ``eg_b`` (h'_L = 0: the sequence's end is no choice). The h' rows of
+        t > b0 come from the run's start state (``st32`` / ``st64``: row t - b0), earlier ones from
+        ``h_b`` / ``gh_b``; ``Gh`` is the frame of h'_{s+1}. Masks as :func:`dur_beta_step`'s.
+        Returns ``(h'_hat_s, Gh_s)`` as :func:`~.forward.dur_ent_step` returns its row."""
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        gref = tl.load(eg_b + s + 1)
+        base = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
+            base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
+        run_m = tl.full([C_PAD], MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        run_r = tl.zeros([C_PAD], dtype=tl.float32)
+        for k in range(1, tl.minimum(L - s, K) + 1):
+            t = s + k
+            own = t <= b0
+            jc = tl.where(own, 0, t - b0)
+            # both addresses are valid (jc = 0 for own rows): load both, select
+            hv = tl.where(own, tl.load(h_b + t * C + oc, mask=mc, other=0.0),
+                          tl.load(st32 + jc * C + oc, mask=mc, other=0.0))
+            hv += (tl.where(own, tl.load(gh_b + t), tl.load(st64 + jc)) - Gh).to(tl.float32)
+            col = base + tl.load(ex_b + t * C + oc, mask=mc, other=MASK) + (tl.load(eg_b + t) - gref).to(tl.float32)
+            col += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+            col += tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+            if HAS_MASK:
+                col += tl.where(t <= me, 0.0, MASK)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+            y = trk.to(tl.float32) + col[None, :]
+            nm = tl.maximum(run_m, tl.max(y, 1))
+            sc = tl.exp(run_m - nm)
+            e = tl.exp(y - nm[:, None])
+            run_s = run_s * sc + tl.sum(e, 1)
+            run_r = run_r * sc + tl.sum(e * (hv[None, :] - y), 1)
+            run_m = nm
+        ok = mc & (run_m > -1e29)
+        z = tl.where(ok, run_s, 1.0)
+        h = tl.where(ok, run_r / z + run_m + log_(z), MASK)
+        m = possible_shift(tl.max(h, 0))
+        return tl.where(ok, h - m, MASK), Gh + m.to(tl.float64)
+
+    @triton.jit
     def _dur_save_end(e32, e64, a, b, beta, G, x_b, g_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):
         """End state of a run over b-1 .. a that started from ``st32`` / ``st64``: beta_hat_a (the
         run's register row), the Y rows of positions a+1 .. a+K-1 (its own rows up to b, then the
@@ -431,8 +484,11 @@ if HAS_TRITON:
     def _dur_run_chunk(a, b, L, st32, st64, live, cum_b, ps_b, pe_b, x_b, g_b, tr_ptr, db_ptr, C, K,
                        oc, mc, m2c, oj, TOL,
                        C_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr,
-                       COMPARE: tl.constexpr, lim_b=None, fl_b=None, HAS_MASK: tl.constexpr = False):
-        """Run s = b-1 down to a of the direct beta recurrence (:func:`dur_beta_step`) from the
+                       COMPARE: tl.constexpr, lim_b=None, fl_b=None, HAS_MASK: tl.constexpr = False, ex_b=None,
+                       eg_b=None, ENT: tl.constexpr = False):
+        """Run s = b-1 down to a of the direct beta recurrence (:func:`dur_beta_step`; ``ENT``: the
+        suffix entropies of :func:`dur_ent_beta_step`, weighted by the stored Y rows ``ex_b`` /
+        ``eg_b``, its rows h' itself rather than Y) from the
         state at b, storing Y rows b .. a+1 (see the forward's ``_dur_run_chunk``); rows past b are
         read from the state only. Returns ``(beta_hat_a, G, converged, delta, steps, t_low)``: this
         run wrote rows t_low .. b."""
@@ -451,7 +507,8 @@ if HAS_TRITON:
             # Y_t = pe_{t-1} + beta_t, frame G_t
             y = beta
             if HAS_PE:
-                y += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+                if not ENT:
+                    y += tl.load(pe_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
             y = tl.where(mc, y, MASK)
             if COMPARE:
                 y_ref = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
@@ -469,8 +526,12 @@ if HAS_TRITON:
                 conv = tl.where(ok, 1, 0).to(tl.int32)
             # the step reads this row from other threads
             tl.debug_barrier()
-            beta, G = dur_beta_step(s, b, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
-                                    m2c, C_PAD, HAS_PS, True, lim_b, fl_b, HAS_MASK)
+            if ENT:
+                beta, G = dur_ent_beta_step(s, b, L, G, x_b, g_b, st32, st64, ex_b, eg_b, cum_b, ps_b, tr_ptr, db_ptr,
+                                            C, K, oc, mc, m2c, C_PAD, HAS_PS, lim_b, fl_b, HAS_MASK)
+            else:
+                beta, G = dur_beta_step(s, b, L, G, x_b, g_b, st32, st64, cum_b, ps_b, tr_ptr, db_ptr, C, K, oc, mc,
+                                        m2c, C_PAD, HAS_PS, True, lim_b, fl_b, HAS_MASK)
             s -= 1
         return beta, G, conv, delta, b - 1 - s, s + 2
 

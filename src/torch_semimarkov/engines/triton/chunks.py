@@ -238,18 +238,20 @@ if HAS_TRITON:
     def _dur_run(a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
                  oj, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
                  HAS_PE: tl.constexpr, COMPARE: tl.constexpr, REVERSE: tl.constexpr, lim_b, fl_b,
-                 HAS_MASK: tl.constexpr):
+                 HAS_MASK: tl.constexpr, ea_b, ef_b, ENT: tl.constexpr):
         """One run of a (K, C, C) chunk from the state at ``s32`` / ``s64`` in the recurrence's
         direction: ``(st, F, converged, delta, steps, edge)`` (the forward's ``t_last``, beta's
-        ``t_low``)."""
+        ``t_low``). ``ENT``: the prefix (suffix) entropies, weighted by the stored forward (Y) rows
+        ``ea_b`` and their global frames ``ef_b``."""
         if REVERSE:
             st, F, conv, delta, steps, edge = _bw._dur_run_chunk(
                 a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, tr_ptr, db_ptr, C, K,
-                oc, mc, m2, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK)
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK, ea_b, ef_b, ENT)
         else:
             st, F, conv, delta, steps, edge = _fw._dur_run_chunk(
                 a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1,
-                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK)
+                oc, mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, COMPARE, lim_b, fl_b, HAS_MASK, ea_b,
+                ef_b, ENT)
         return st, F, conv, delta, steps, edge
 
     @triton.jit
@@ -291,16 +293,27 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: the segment limits, min_start (forward) / max_end (beta) (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        ea_ptr=None,  # ENT: (B, T+1, C) float32 stored rows that weigh the terms (forward alpha_hat, beta Y_hat)
+        ef_ptr=None,  # ENT: (B, T+1) float64 their global frames
+        ENT: tl.constexpr = False,  # the entropies of the prefixes (suffixes) instead of alpha (beta)
     ):
         """The time-parallel direct recurrence of a (K, C, C) transition, forward and (``REVERSE``)
         beta: the phases of :func:`_reg_chunks_kernel` with a state of K rows in memory (the rows the
-        chunk wrote itself, and beyond its start its predecessor's saved end state)."""
+        chunk wrote itself, and beyond its start its predecessor's saved end state). ``ENT``: the same
+        phases for the entropy engine's linear recurrences (``forward.dur_ent_step``,
+        ``beta.dur_ent_beta_step``), whose rows, like alpha's, agree with a rerun's up to one
+        constant once the chain of their weights forgets the start."""
         b_id = tl.program_id(0).to(tl.int64)
         lim_b = lim_ptr
         fl_b = fl_ptr
         if HAS_MASK:
             lim_b = lim_ptr + b_id * s_w_b
             fl_b = fl_ptr + b_id * s_f_b
+        ea_b = ea_ptr
+        ef_b = ef_ptr
+        if ENT:
+            ea_b = ea_ptr + b_id * s_w_b
+            ef_b = ef_ptr + b_id * s_f_b
         L = tl.load(len_ptr + b_id)
         if not IDX64:
             L = L.to(tl.int32)
@@ -331,7 +344,8 @@ if HAS_TRITON:
             # "the sequence starts (ends) here": the first chunk in the run's direction from the truth
             st, F, conv, delta, steps, edge = _dur_run(
                 a, b, L, i32, i64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc, mc, m2,
-                oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False, REVERSE, lim_b, fl_b, HAS_MASK)
+                oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, False, REVERSE, lim_b, fl_b, HAS_MASK, ea_b, ef_b,
+                ENT)
             if live:
                 e = row + j
                 _dur_save(e32 + e * E32, e64 + e * K, a, b, st, F, r_b, f_b, i32, i64, K, C, oc, mc, C_PAD, REVERSE)
@@ -350,7 +364,8 @@ if HAS_TRITON:
                     s64 = e64 + e * K
                     st, F, conv, delta, steps, edge = _dur_run(
                         a, b, L, s32, s64, live, cum_b, ps_b, pe_b, r_b, f_b, bp_b, tr_ptr, db_ptr, C, K, T1, oc,
-                        mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True, REVERSE, lim_b, fl_b, HAS_MASK)
+                        mc, m2, oj, TOL, C_PAD, K_PAD, IS_MAX, HAS_PS, HAS_PE, True, REVERSE, lim_b, fl_b, HAS_MASK,
+                        ea_b, ef_b, ENT)
                     if conv != 0:
                         # the rows the fix-up wrote move into the chunk's system
                         if REVERSE:

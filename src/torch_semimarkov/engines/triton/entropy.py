@@ -675,9 +675,10 @@ if HAS_TRITON:
 ENTROPY_STREAMS = True
 
 def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan, masks=None):
-    """The entropy and its weighted marginals on the time-parallel register-ring engine.
+    """The entropy and its weighted marginals on the time-parallel register-ring engine (a (C, C)
+    transition) or the chunked direct recurrence (a (K, C, C) one, :func:`_launch_entropy_dur`).
 
-    Args: validated inputs with a (C, C) transition; ``plan`` a time-parallel ``"reg"`` plan
+    Args: validated inputs; ``plan`` a time-parallel ``"reg"`` or ``"dur"`` plan
     (:func:`~.plan.masked_plan`); ``masks`` as for :func:`~.launch.launch_forward`.
 
     Returns:
@@ -693,10 +694,14 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
-    if not (plan.time_parallel and plan.kind == "reg"):
-        raise ValueError("the entropy engine runs on the time-parallel register-ring plan (see masked_plan)")
+    if not (plan.time_parallel and plan.kind in ("reg", "dur")):
+        raise ValueError("the entropy engine runs on the time-parallel register-ring or (K, C, C) plan "
+                         "(see masked_plan)")
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
+    if plan.kind == "dur":
+        return _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, plan,
+                                   masks)
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
@@ -795,4 +800,74 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         zero_rows(t, ok)
     if K_eff < K:
         q_db = torch.cat([q_db, q_db.new_zeros(B, K - K_eff, C)], 1)
+    return H[:, 0], q_start.to(dtype), q_end.to(dtype), q_tr.to(dtype), q_db.to(dtype)
+
+
+def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, plan, masks):
+    """:func:`launch_entropy` for a (K, C, C) transition (prepared inputs, a ``"dur"`` plan).
+
+    The same four steps on the direct recurrence's kernels: the forward and beta rows
+    (``parallel.forward_chunked`` / ``beta_chunked``); the prefix and suffix entropies, linear
+    recurrences over the same O(K·C²) terms weighted by those rows, time-parallel by the same
+    chunked fix-up (``parallel.dur_entropy_chunked``); log Z and H at anchors from the rows
+    themselves (``marginals._anchor_duration_tr_kernel`` with ``ENT``); and every marginal times
+    ``log mu + H - h - h'`` (``marginals._shared_duration_tr_kernel`` with ``ENT``). The first
+    segment is one term of its phantom predecessors (their LSE, an empty prefix), as log Z counts
+    it, so H is the entropy of the segmentations themselves.
+    """
+    from torch_semimarkov.engines.torch.reference import feasible, zero_rows
+    from torch_semimarkov.engines.triton.marginals import _anchor_duration_tr_kernel, _shared_duration_tr_kernel
+    from torch_semimarkov.engines.triton.parallel import beta_chunked, dur_entropy_chunked, forward_chunked
+    from torch_semimarkov.engines.triton.plan import AUX_WARPS, anchor_spacing, duration_marginal_chunks
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    K_eff = plan.K
+    ps = proj_start if proj_start is not None else cum_scores
+    pe = proj_end if proj_end is not None else cum_scores
+    inputs = (cum_scores, transition, duration_bias, lengths)
+    saved, frames, _, _ = forward_chunked(*inputs, "log", proj_start, proj_end, plan, masks=masks)
+    alpha_hat = saved[0]
+    x_hat, g, _ = beta_chunked(*inputs, proj_start, proj_end, plan, masks=masks)
+    h, fh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, alpha_hat, frames, False, masks)
+    hy, gh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, x_hat, g, True, masks)
+    rows = torch.arange(B, device=dev)
+    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
+    mask_args = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+    ent_rows = dict(h_ptr=h, fh_ptr=fh, hy_ptr=hy, gh_ptr=gh, ENT=True)
+
+    # anchors: log Z and H every A positions, from the rows themselves
+    A = anchor_spacing(plan, T)
+    n_anchor = -(-T // A) + 1
+    lz = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    _anchor_duration_tr_kernel[(B, n_anchor)](
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps, a_ptr=alpha_hat,
+        f_ptr=frames, x_ptr=x_hat, g_ptr=g, out_ptr=lz, hout_ptr=H, C=C, K=K_eff, A=A, NA=n_anchor, s_cum_b=T1 * C,
+        s_p_b=T * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, IDX64=plan.idx64,
+        num_warps=AUX_WARPS, **mask_args, **ent_rows)
+    lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
+    H = torch.where(ok[:, None], H, torch.zeros_like(H))
+
+    # weighted marginals
+    ch, nch = duration_marginal_chunks(B, T, K_eff, C)
+    q_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    q_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
+    _shared_duration_tr_kernel[(B, nch)](
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps, pe_ptr=pe,
+        anc_ptr=lz, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, pst_ptr=q_start, pend_ptr=q_end,
+        wtr_ptr=wtr, C=C, K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_p_b=T * C, s_a_b=T1 * C,
+        s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None, IDX64=plan.idx64,
+        num_warps=AUX_WARPS, hanc_ptr=H, **mask_args, **ent_rows)
+    q_tr = wtr.sum(1).double()
+    q_db = q_tr.sum(2)
+    for t in (q_start, q_end, q_tr, q_db):
+        zero_rows(t, ok)
+    if K_eff < K:
+        pad = K - K_eff
+        q_db = torch.cat([q_db, q_db.new_zeros(B, pad, C)], 1)
+        q_tr = torch.cat([q_tr, q_tr.new_zeros(B, pad, C, C)], 1)
+    dtype = cum_scores.dtype
     return H[:, 0], q_start.to(dtype), q_end.to(dtype), q_tr.to(dtype), q_db.to(dtype)

@@ -704,6 +704,77 @@ if HAS_TRITON:
         return alpha, F, run_k, run_c
 
     @triton.jit
+    def dur_ent_step(t, t0, Fh, h_b, fh_b, st32, st64, ea_b, ef_b, cum_b, ps_b, pe_b, tr_ptr, db_ptr, C, K, oc, mc,
+                     m2, C_PAD: tl.constexpr, HAS_PS: tl.constexpr, HAS_PE: tl.constexpr, lim_b, fl_b,
+                     HAS_MASK: tl.constexpr):
+        """One position of the prefix entropies of a (K, C, C) transition (the entropy engine's
+        forward half): h_t(c), the entropy of the prefix given that a segment of label c ends at t,
+
+            h_t(c) = sum_{k, c'} rho (h_{t-k}(c') - log rho),
+            rho ∝ exp(alpha_{t-k}(c') + Tr[k-1, c', c] + D[k-1, c] + S_t(c) - S_{t-k}(c)
+                      + ps_{t-k}(c) + pe_{t-1}(c)),
+
+        the weights of :func:`dur_step`'s terms, from the stored forward rows ``ea_b`` (alpha_hat)
+        and their global frames ``ef_b``. The first segment (t - k = 0) is one term: its score is
+        its phantom predecessor's LSE_{c'} Tr[k-1, c', c] and its prefix is empty (h = 0), as log Z
+        counts it. The h rows of s <= t0 come from the run's start state (``st32`` / ``st64``, the
+        layout of :func:`dur_step`'s), later ones from ``h_b`` / ``fh_b``; ``Fh`` is the frame of
+        h_{t-1}. Masks as :func:`dur_step`'s.
+
+        Returns ``(h_hat_t, Fh_t)``: the row less its largest value, which moves into the frame;
+        nodes that no term reaches hold IMPOSSIBLE (as alpha's do), so that a fix-up compares
+        rows as the forward's does. No select per entry: a term that is not real weighs exactly 0
+        and every factor is finite (``entropy._mix_step``)."""
+        s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
+        fref = tl.load(ef_b + t - 1)
+        if HAS_MASK:
+            ms = tl.load(lim_b + t * C + oc, mask=mc, other=0)
+        pe_t = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PE:
+            pe_t = tl.load(pe_b + (t - 1) * C + oc, mask=mc, other=0.0).to(tl.float32)
+        run_m = tl.full([C_PAD], MASK, tl.float32)
+        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        run_r = tl.zeros([C_PAD], dtype=tl.float32)
+        for k in range(1, tl.minimum(t, K) + 1):
+            s = t - k
+            own = s > t0
+            jc = tl.where(own, 0, s - t0 + K - 1)
+            # both addresses are valid (jc = 0 for own rows): load both, select
+            hv = tl.where(own, tl.load(h_b + s * C + oc, mask=mc, other=0.0),
+                          tl.load(st32 + jc * C + oc, mask=mc, other=0.0))
+            hv += (tl.where(own, tl.load(fh_b + s), tl.load(st64 + jc)) - Fh).to(tl.float32)
+            av = tl.load(ea_b + s * C + oc, mask=mc, other=MASK) + (tl.load(ef_b + s) - fref).to(tl.float32)
+            base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32) + pe_t
+            base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
+            if HAS_PS:
+                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                base += tl.where((s >= ms) & ((tl.load(fl_b + s) & 4) == 0), 0.0, MASK)
+            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
+            x = av[:, None] + trk.to(tl.float32) + base[None, :]
+            if s == 0:
+                # the phantom predecessor: one term of an empty prefix (h = 0, -Fh in this frame)
+                x0 = lse_rows(x)
+                nm = tl.maximum(run_m, x0)
+                sc = tl.exp(run_m - nm)
+                e0 = tl.exp(x0 - nm)
+                run_s = run_s * sc + e0
+                run_r = run_r * sc + e0 * ((-Fh).to(tl.float32) - x0)
+            else:
+                nm = tl.maximum(run_m, tl.max(x, 0))
+                sc = tl.exp(run_m - nm)
+                e = tl.exp(x - nm[None, :])
+                run_s = run_s * sc + tl.sum(e, 0)
+                run_r = run_r * sc + tl.sum(e * (hv[:, None] - x), 0)
+            run_m = nm
+        # sum rho (h - log rho) = sum rho (h - x) + LSE x
+        ok = mc & (run_m > -1e29)
+        z = tl.where(ok, run_s, 1.0)
+        h = tl.where(ok, run_r / z + run_m + log_(z), MASK)
+        m = possible_shift(tl.max(h, 0))
+        return tl.where(ok, h - m, MASK), Fh + m.to(tl.float64)
+
+    @triton.jit
     def _dur_row(a_b, f_b, st32, st64, p, a, K, C, oc, mc):
         """alpha_hat row p and its frame for a run that started at a: its own row (p > a) or row
         p - a + K - 1 of its start state (both addresses valid: load both, select)."""
@@ -730,8 +801,9 @@ if HAS_TRITON:
                        oc, mc, m2, oj, TOL,
                        C_PAD: tl.constexpr, K_PAD: tl.constexpr, IS_MAX: tl.constexpr, HAS_PS: tl.constexpr,
                        HAS_PE: tl.constexpr, COMPARE: tl.constexpr, lim_b=None, fl_b=None,
-                       HAS_MASK: tl.constexpr = False):
-        """Run positions a+1 .. b of the direct recurrence (:func:`dur_step`) from the state at a
+                       HAS_MASK: tl.constexpr = False, ea_b=None, ef_b=None, ENT: tl.constexpr = False):
+        """Run positions a+1 .. b of the direct recurrence (:func:`dur_step`; ``ENT``: the prefix
+        entropies of :func:`dur_ent_step`, weighted by the stored rows ``ea_b`` / ``ef_b``) from the state at a
         (``st32`` / ``st64``: the K rows of positions a-K+1 .. a), storing the rows the chunk owns:
         a (the state's last row), a+1 .. b-1, and L (row b is the next chunk's row a; never written
         here, so two programs never write one row). Rows before a are read from the state only.
@@ -763,10 +835,15 @@ if HAS_TRITON:
                 f_ref = tl.sum(tl.load(f_b + t + oc * 0, mask=oc < st_1, other=0.0), 0)
                 # the stored row is read before this program overwrites it
                 tl.debug_barrier()
-            alpha, F, bk, bc = dur_step(t, a, F, a_b, f_b, st32, st64, T1, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
-                                        C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, True, lim_b, fl_b, HAS_MASK)
-            if IS_MAX:
-                tl.store(bp_b + t * C + oc, bk * 65536 + bc, mask=mc)
+            if ENT:
+                alpha, F = dur_ent_step(t, a, F, a_b, f_b, st32, st64, ea_b, ef_b, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
+                                        C, K, oc, mc, m2, C_PAD, HAS_PS, HAS_PE, lim_b, fl_b, HAS_MASK)
+            else:
+                alpha, F, bk, bc = dur_step(t, a, F, a_b, f_b, st32, st64, T1, cum_b, ps_b, pe_b, tr_ptr, db_ptr,
+                                            C, K, oc, mc, m2, C_PAD, IS_MAX, HAS_PS, HAS_PE, True, lim_b, fl_b,
+                                            HAS_MASK)
+                if IS_MAX:
+                    tl.store(bp_b + t * C + oc, bk * 65536 + bc, mask=mc)
             tl.store(a_b + t * C + oc, alpha, mask=oc < st_c)
             tl.store(f_b + t + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc < st_1)
             if COMPARE:

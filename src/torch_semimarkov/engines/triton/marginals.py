@@ -14,7 +14,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import log_
+    from torch_semimarkov.engines.triton.common import log_, lse_rows
 
     @triton.jit
     def anchor_log_z(anc_b, t, L, A):
@@ -123,6 +123,30 @@ if HAS_TRITON:
         (C, C) kernels read that from the stored U rows; the (K, C, C) ones from the flags)."""
         lim = _seg_limit(s, L, K, oc, mc, me_b, C, True)
         return tl.where((tl.load(fl_b + s) & 4) == 0, lim, 0)
+
+    @triton.jit
+    def _ent_terms(run_m, run_s, run_r, z, hv, hy, first, h0):
+        """Add a (source c', label c) tile of segment log weights ``z`` to the running sums per
+        label of the entropy anchors: ``run_s = sum exp(z - run_m)`` and ``run_r = sum exp(z - run_m)
+        (h + h' - z)`` with h = ``hv[c']`` (the prefix entropies at the start node) and h' = ``hy[c]``
+        (the suffix entropies at the end node). ``first``: a first segment, whose phantom
+        predecessors are one term (LSE over c') of an empty prefix, h = ``h0`` (0 in the frame of
+        ``hv``). Every factor is finite and a term that is not real weighs 0 (no select per
+        entry, as ``entropy._mix_step``)."""
+        if first:
+            z0 = lse_rows(z)
+            nm = tl.maximum(run_m, z0)
+            sc = tl.exp(run_m - nm)
+            e0 = tl.exp(z0 - nm)
+            run_s = run_s * sc + e0
+            run_r = run_r * sc + e0 * (h0 + hy - z0)
+        else:
+            nm = tl.maximum(run_m, tl.max(z, 0))
+            sc = tl.exp(run_m - nm)
+            e = tl.exp(z - nm[None, :])
+            run_s = run_s * sc + tl.sum(e, 0)
+            run_r = run_r * sc + tl.sum(e * (hv[:, None] + hy[None, :] - z), 0)
+        return nm, run_s, run_r
 
     @triton.jit
     def _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
@@ -453,12 +477,21 @@ if HAS_TRITON:
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        h_ptr=None,  # ENT: (B, T+1, C) float32 prefix entropies h_s (``forward.dur_ent_step``)
+        fh_ptr=None,  # ENT: (B, T+1) float64 their global frames
+        hy_ptr=None,  # ENT: (B, T+1, C) float32 suffix entropies h'_t (``beta.dur_ent_beta_step``)
+        gh_ptr=None,  # ENT: (B, T+1) float64 their global frames
+        hout_ptr=None,  # ENT: (B, NA) float64 out: the entropy H at anchor j
+        ENT: tl.constexpr = False,
     ):
         """``_anchor_kernel`` for a (K, C, C) transition: log Z at anchor p_j = min(j·A, L) is the
         LSE over the segments (s, k, c) covering q = min(p_j, L-1) and the previous label c' of
         alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c)
         (alpha_0 = 0 gives the first segment its phantom term). Program (b, j): O(K²·C²).
-        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`)."""
+        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`). ``ENT``: also the entropy
+        H = sum over the same segments of mu (h_s(c') + h'_{s+k}(c) - log mu) (the first segment's
+        prefix is empty and its phantom predecessor one term), from the same rows, so that the
+        weights ``log mu + H - h - h'`` of the entropy's marginals cancel the rows' float32 drift."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
         L = tl.load(len_ptr + b)
@@ -478,6 +511,16 @@ if HAS_TRITON:
         ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
         run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        run_r = tl.zeros([C_PAD], dtype=tl.float32)
+        if ENT:
+            h_b = h_ptr + b * s_a_b
+            fh_b = fh_ptr + b * s_f_b
+            hy_b = hy_ptr + b * s_a_b
+            gh_b = gh_ptr + b * s_f_b
+            # entropies in these frames: h_s + h'_e of the segments covering q is about H
+            fq = tl.load(fh_b + q)
+            gq = tl.load(gh_b + q + 1)
+            href = fq + gq
         for i in range(0, tl.minimum(K, q + 1)):
             s = q - i
             av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
@@ -490,6 +533,8 @@ if HAS_TRITON:
             if HAS_MASK:
                 k_lim = _dur_seg_limit(s, L, K, oc, mc, me_ptr + b * s_a_b, fl_ptr + b * s_f_b, C)
                 k_hi = tl.minimum(k_hi, tl.max(k_lim, 0))
+            if ENT:
+                hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0) + (tl.load(fh_b + s) - fq).to(tl.float32)
             for k in range(i + 1, k_hi + 1):
                 e = s + k
                 col = base + tl.load(x_b + e * C + oc, mask=mc, other=MASK)
@@ -500,13 +545,22 @@ if HAS_TRITON:
                     col += tl.where(k <= k_lim, 0.0, MASK)
                 trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
                 z = tl.where(m2c, av[:, None] + trk.to(tl.float32) + col[None, :], 2 * MASK)
-                nm = tl.maximum(run_m, tl.max(z, 0))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
-                run_m = nm
+                if ENT:
+                    hy = tl.load(hy_b + e * C + oc, mask=mc, other=0.0) + (tl.load(gh_b + e) - gq).to(tl.float32)
+                    run_m, run_s, run_r = _ent_terms(run_m, run_s, run_r, z, hv, hy, s == 0, (-fq).to(tl.float32))
+                else:
+                    nm = tl.maximum(run_m, tl.max(z, 0))
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
+                    run_m = nm
         m = tl.max(run_m, 0)
-        total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
+        scale = tl.where(mc, tl.exp(run_m - m), 0.0)
+        total = tl.sum(run_s * scale, 0)
         lz = m + log_(tl.where(total > 0, total, 1.0))
         tl.store(out_ptr + b * NA + j, ref + lz.to(tl.float64))
+        if ENT:
+            # H = sum mu (h - log mu) = sum exp(z - m) (h - z) / total + LSE z (z, LSE z in one frame)
+            ent = tl.sum(run_r * scale, 0) / tl.where(total > 0, total, 1.0) + lz
+            tl.store(hout_ptr + b * NA + j, href + ent.to(tl.float64))
 
     @triton.jit
     def _shared_duration_tr_kernel(
@@ -541,12 +595,24 @@ if HAS_TRITON:
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         fl_ptr=None,  # (B, T+1) int8: flags of the masks (limits.py) (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        h_ptr=None,  # ENT: (B, T+1, C) float32 prefix entropies (``forward.dur_ent_step``)
+        fh_ptr=None,  # ENT: (B, T+1) float64 their global frames
+        hy_ptr=None,  # ENT: (B, T+1, C) float32 suffix entropies (``beta.dur_ent_beta_step``)
+        gh_ptr=None,  # ENT: (B, T+1) float64 their global frames
+        hanc_ptr=None,  # ENT: (B, NA) float64 the entropy H at the anchors (``_anchor_duration_tr_kernel``)
+        ENT: tl.constexpr = False,
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence, for a (K, C, C)
         transition: P(s, k, c', c) = exp(alpha_s(c') + Tr[k-1, c', c] + ps_s(c) + D[k-1, c]
         + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z), summed into P_start and the (K, C, C)
         workspace, and P_end; normalised by the anchored log Z as ``_shared_factored_kernel``.
-        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`)."""
+        HAS_MASK: only the allowed segments (:func:`_dur_seg_limit`).
+
+        ``ENT``: the entropy's weighted marginals instead, every P times
+        ``log P + H - h_s(c') - h'_{s+k}(c)`` (minus dH / d(its score); a first segment's
+        phantom predecessors are one term of an empty prefix: log P of their sum, h = 0), and
+        the end marginals times ``log P_end + H - h_t(c) - h'_t(c)`` (their edges' sum, by the
+        prefix recurrence), H interpolated between its anchors."""
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
         L = tl.load(len_ptr + b)
@@ -568,6 +634,12 @@ if HAS_TRITON:
         wtr_b = wtr_ptr + (b * NCH + ch) * K * C * C
         s0 = ch * CH
         s1 = tl.minimum(s0 + CH, L)
+        if ENT:
+            h_b = h_ptr + b * s_a_b
+            fh_b = fh_ptr + b * s_f_b
+            hy_b = hy_ptr + b * s_a_b
+            gh_b = gh_ptr + b * s_f_b
+            hanc_b = hanc_ptr + b * NA
         # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
         for last in range(s0, s1):
             t = last + 1
@@ -576,7 +648,13 @@ if HAS_TRITON:
             if HAS_PE:
                 z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
             z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
-            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
+            pz = tl.exp(z)
+            if ENT:
+                # H - h_t - h'_t: frames in float64, the rows' small remainders in float32
+                w = (anchor_log_z(hanc_b, t, L, A) - tl.load(fh_b + t) - tl.load(gh_b + t)).to(tl.float32)
+                w -= tl.load(h_b + t * C + oc, mask=mc, other=0.0) + tl.load(hy_b + t * C + oc, mask=mc, other=0.0)
+                pz = tl.where(pz > 0, pz * (z + w), 0.0)
+            tl.store(pend_b + last * C + oc, pz, mask=mc)
         # durations outside, starts inside: each duration's (C, C) transition tile is loaded once
         # and its workspace block summed in registers and stored once a chunk (not read and written
         # at every start); P_start (zero-initialised) gathers its row's terms in the same order as
@@ -600,7 +678,19 @@ if HAS_TRITON:
                 if HAS_MASK:
                     lim = _dur_seg_limit(s, L, K, oc, mc, me_ptr + b * s_a_b, fl_ptr + b * s_f_b, C)
                     col += tl.where(k <= lim, 0.0, MASK)
-                p = tl.where(m2c, tl.exp(av[:, None] + trk + col[None, :]), 0.0)
+                lp = av[:, None] + trk + col[None, :]
+                p = tl.where(m2c, tl.exp(lp), 0.0)
+                if ENT:
+                    # H - h'_{s+k}: frames in float64, the rows' small remainders in float32
+                    wq = anchor_log_z(hanc_b, s, L, A) - tl.load(gh_b + s + k)
+                    hy = tl.load(hy_b + (s + k) * C + oc, mask=mc, other=0.0)
+                    if s == 0:
+                        # the phantom predecessors: one term, log P of their sum, an empty prefix
+                        wt = lse_rows(tl.where(m2c, lp, 2 * MASK))[None, :] + (wq.to(tl.float32) - hy)[None, :]
+                    else:
+                        hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0)
+                        wt = lp + ((wq - tl.load(fh_b + s)).to(tl.float32) - hy)[None, :] - hv[:, None]
+                    p = tl.where(p > 0, p * wt, 0.0)
                 acc += p
                 # this program alone owns row s; the same threads load and store it
                 pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)

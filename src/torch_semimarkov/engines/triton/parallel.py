@@ -226,6 +226,50 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
     return x_hat, g, ChunkStats(status.bool(), steps, redone)
 
 
+def dur_entropy_chunked(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
+                        rows, frames, reverse: bool, masks=None):
+    """The prefix entropies (``reverse`` False, weighted by the forward's ``alpha_hat`` rows) or
+    suffix entropies (True, by beta's ``Y_hat`` rows) of a (K, C, C) transition, by the chunked
+    fix-up of :func:`forward_chunked`'s direct recurrence (``_dur_chunks_kernel`` with ``ENT``):
+    every chunk runs from zero entropies, and its fix-up from its neighbour's end until its last K
+    rows agree with the stored ones up to one constant.
+
+    Args: validated inputs, the ``"dur"`` plan of the rows, ``rows`` (B, T+1, C) float32 and their
+        global ``frames`` (B, T+1) float64 (:func:`forward_chunked` / :func:`beta_chunked`),
+        ``masks`` as theirs.
+
+    Returns ``(h (B, T+1, C) float32, frames (B, T+1) float64)``: row t the entropies of the
+    prefixes (suffixes) given that a segment of each label ends at t, less their frame; nodes no
+    segmentation reaches IMPOSSIBLE.
+    """
+    from torch_semimarkov.engines.triton.chunks import _dur_chunks_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    W, n, K = plan.chunk, plan.n_chunks, plan.K
+    h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
+    fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
+    e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
+    args = dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        r_ptr=h, f_ptr=fh, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        i32=torch.zeros((K, C), device=dev, dtype=torch.float32), i64=torch.zeros((K,), device=dev, dtype=torch.float64),
+        ea_ptr=rows, ef_ptr=frames, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
+        TOL=fixup_tol(plan, "log"),
+    )
+    if not reverse:
+        args.update(bp_ptr=torch.empty((1,), device=dev, dtype=torch.int32), T1=T1)
+    if masks is not None:
+        args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
+    meta = dict(C_PAD=plan.c_pad, K_PAD=plan.k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
+                num_warps=plan.num_warps, IDX64=plan.idx64, ENT=True, REVERSE=reverse)
+    _three_phases(_dur_chunks_kernel, B, n, args, meta, steps)
+    return h, (backward_offsets(fh, delta, W) if reverse else forward_offsets(fh, delta, W))
+
+
 #: Probes set this to a list to collect, per linear-space blocked launch, the number of block-sum
 #: tiles the kernel recomputed term by term and the number of block-sum tiles one pass over the
 #: launch's sequences runs (0-d tensors on the device, read after a synchronisation).
