@@ -24,7 +24,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
 
     @triton.jit
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
@@ -375,6 +375,7 @@ if HAS_TRITON:
         base = tl.zeros([C_PAD], dtype=tl.float32)
         if HAS_PS:
             base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        me = oc
         if HAS_MASK:
             me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
             base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
@@ -393,13 +394,8 @@ if HAS_TRITON:
             else:
                 xv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
                 gt = tl.load(g_b + t)
-            dk = (gt - G).to(tl.float32)
-            dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
-            col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-            if HAS_MASK:
-                col += tl.where(t <= me, 0.0, MASK)
-            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
-            y = trk.to(tl.float32) + col[None, :]
+            y = _dur_beta_tile(t, k, base, xv, (gt - G).to(tl.float32), s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc,
+                               m2c, HAS_MASK)
             nm = tl.maximum(run_m, tl.max(y, 1))
             run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
             run_m = nm
@@ -429,6 +425,7 @@ if HAS_TRITON:
         base = tl.zeros([C_PAD], dtype=tl.float32)
         if HAS_PS:
             base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        me = oc
         if HAS_MASK:
             me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
             base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
@@ -443,24 +440,29 @@ if HAS_TRITON:
             hv = tl.where(own, tl.load(h_b + t * C + oc, mask=mc, other=0.0),
                           tl.load(st32 + jc * C + oc, mask=mc, other=0.0))
             hv += (tl.where(own, tl.load(gh_b + t), tl.load(st64 + jc)) - Gh).to(tl.float32)
-            col = base + tl.load(ex_b + t * C + oc, mask=mc, other=MASK) + (tl.load(eg_b + t) - gref).to(tl.float32)
-            col += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
-            col += tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-            if HAS_MASK:
-                col += tl.where(t <= me, 0.0, MASK)
-            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
-            y = trk.to(tl.float32) + col[None, :]
+            y = _dur_beta_tile(t, k, base, tl.load(ex_b + t * C + oc, mask=mc, other=MASK),
+                               (tl.load(eg_b + t) - gref).to(tl.float32), s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc,
+                               m2c, HAS_MASK)
             nm = tl.maximum(run_m, tl.max(y, 1))
             sc = tl.exp(run_m - nm)
             e = tl.exp(y - nm[:, None])
             run_s = run_s * sc + tl.sum(e, 1)
             run_r = run_r * sc + tl.sum(e * (hv[None, :] - y), 1)
             run_m = nm
-        ok = mc & (run_m > -1e29)
-        z = tl.where(ok, run_s, 1.0)
-        h = tl.where(ok, run_r / z + run_m + log_(z), MASK)
-        m = possible_shift(tl.max(h, 0))
-        return tl.where(ok, h - m, MASK), Gh + m.to(tl.float64)
+        return ent_row(run_m, run_s, run_r, mc, Gh)
+
+    @triton.jit
+    def _dur_beta_tile(t, k, base, xv, dk, s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc, m2c, HAS_MASK: tl.constexpr):
+        """(C_PAD source, C_PAD label) terms of the segments [s, t) of duration k of the direct beta
+        recurrence: ``Tr[k-1, c', c] + base[c] + xv[c] + dk + S_t(c) - S_s(c) + D[k-1, c]``
+        (``base``: ps_s and a forbidden start's mask; ``xv`` the Y row of t, ``dk`` its frame
+        relative to the step's), IMPOSSIBLE past ``me`` (HAS_MASK: max_end at s)."""
+        dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
+        col = base + xv + dk + tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
+        if HAS_MASK:
+            col += tl.where(t <= me, 0.0, MASK)
+        trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
+        return trk.to(tl.float32) + col[None, :]
 
     @triton.jit
     def _dur_save_end(e32, e64, a, b, beta, G, x_b, g_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):

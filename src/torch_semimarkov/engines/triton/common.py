@@ -64,6 +64,41 @@ if HAS_TRITON:
         return mx + log_(tl.sum(tl.exp(x - mx[None, :]), 0))
 
     @triton.jit
+    def ent_terms(run_m, run_s, run_r, z, hv, hy, first, h0):
+        """Add a (source c', label c) tile of log weights ``z`` to the entropy engine's running
+        sums per label (axis 1): ``run_s = sum exp(z - run_m)`` and ``run_r = sum exp(z - run_m)
+        (h + h' - z)``, h = ``hv[c']`` (prefix entropies at the start node), h' = ``hy[c]`` (suffix
+        entropies at the end node, or 0). ``first``: a first segment, whose phantom predecessors
+        are one term (LSE over c') of an empty prefix, h = ``h0`` (0 in the frame of ``hv``).
+        Every factor is finite and a term that is not real weighs exactly 0 (no select per
+        entry: ``entropy._mix_step``). Returns ``(run_m, run_s, run_r)``; :func:`ent_row` ends it."""
+        if first:
+            z0 = lse_rows(z)
+            nm = tl.maximum(run_m, z0)
+            sc = tl.exp(run_m - nm)
+            e0 = tl.exp(z0 - nm)
+            run_s = run_s * sc + e0
+            run_r = run_r * sc + e0 * (h0 + hy - z0)
+        else:
+            nm = tl.maximum(run_m, tl.max(z, 0))
+            sc = tl.exp(run_m - nm)
+            e = tl.exp(z - nm[None, :])
+            run_s = run_s * sc + tl.sum(e, 0)
+            run_r = run_r * sc + tl.sum(e * (hv[:, None] + hy[None, :] - z), 0)
+        return nm, run_s, run_r
+
+    @triton.jit
+    def ent_row(run_m, run_s, run_r, mc, F):
+        """The entropies of the running sums of :func:`ent_terms` (``sum rho (h - log rho) =
+        run_r / run_s + LSE``), IMPOSSIBLE where no term is real, less their largest value, which
+        moves into the frame ``F``: ``(row, F)``."""
+        ok = mc & (run_m > -1e29)
+        z = tl.where(ok, run_s, 1.0)
+        h = tl.where(ok, run_r / z + run_m + log_(z), MASK_K)
+        m = possible_shift(tl.max(h, 0))
+        return tl.where(ok, h - m, MASK_K), F + m.to(tl.float64)
+
+    @triton.jit
     def lse_cols(x):
         """Log-sum-exp of a (rows, cols) tile over its columns (axis 1): one value per row."""
         mx = tl.max(x, 1)

@@ -687,8 +687,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         :func:`~torch_semimarkov.engines.interface.scale_grads` maps the marginals). Sequences
         with no allowed segmentation: H = 0 and every q 0.
     """
-    from torch_semimarkov.engines.torch.reference import feasible, zero_rows
-    from torch_semimarkov.engines.triton.launch import _prepare
+    from torch_semimarkov.engines.torch.reference import feasible
+    from torch_semimarkov.engines.triton.launch import _prepare, finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel
     from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, fixup_tol, marginal_chunks
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
@@ -794,13 +794,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C,
         C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64,
         ONE_KB=K_eff <= plan.k_block, **mask_me)
-    q_tr = wtr.sum(1).double()
-    q_db = wdb.sum(1).double()
-    for t in (q_start, q_end, q_tr, q_db):
-        zero_rows(t, ok)
-    if K_eff < K:
-        q_db = torch.cat([q_db, q_db.new_zeros(B, K - K_eff, C)], 1)
-    return H[:, 0], q_start.to(dtype), q_end.to(dtype), q_tr.to(dtype), q_db.to(dtype)
+    return (H[:, 0],) + finish_marginals(q_start, q_end, wtr.sum(1).double(), wdb.sum(1).double(), ok, K, dtype)
 
 
 def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, plan, masks):
@@ -815,7 +809,8 @@ def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_
     segment is one term of its phantom predecessors (their LSE, an empty prefix), as log Z counts
     it, so H is the entropy of the segmentations themselves.
     """
-    from torch_semimarkov.engines.torch.reference import feasible, zero_rows
+    from torch_semimarkov.engines.torch.reference import feasible
+    from torch_semimarkov.engines.triton.launch import finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_duration_tr_kernel, _shared_duration_tr_kernel
     from torch_semimarkov.engines.triton.parallel import beta_chunked, dur_entropy_chunked, forward_chunked
     from torch_semimarkov.engines.triton.plan import AUX_WARPS, anchor_spacing, duration_marginal_chunks
@@ -862,12 +857,4 @@ def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_
         s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None, IDX64=plan.idx64,
         num_warps=AUX_WARPS, hanc_ptr=H, **mask_args, **ent_rows)
     q_tr = wtr.sum(1).double()
-    q_db = q_tr.sum(2)
-    for t in (q_start, q_end, q_tr, q_db):
-        zero_rows(t, ok)
-    if K_eff < K:
-        pad = K - K_eff
-        q_db = torch.cat([q_db, q_db.new_zeros(B, pad, C)], 1)
-        q_tr = torch.cat([q_tr, q_tr.new_zeros(B, pad, C, C)], 1)
-    dtype = cum_scores.dtype
-    return H[:, 0], q_start.to(dtype), q_end.to(dtype), q_tr.to(dtype), q_db.to(dtype)
+    return (H[:, 0],) + finish_marginals(q_start, q_end, q_tr, q_tr.sum(2), ok, K, cum_scores.dtype)

@@ -51,7 +51,8 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import log_, lse_rows, possible_shift, row_offset_bounds, scalar_f64, window_offset
+    from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
+                                                         row_offset_bounds, scalar_f64, window_offset)
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -644,6 +645,7 @@ if HAS_TRITON:
         no flag forbids a start at s (its terms are IMPOSSIBLE, as a forbidden entry of the inputs).
         """
         s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
+        ms = oc
         if HAS_MASK:
             ms = tl.load(lim_b + t * C + oc, mask=mc, other=0)
         k_lim = tl.minimum(t, K)
@@ -667,14 +669,7 @@ if HAS_TRITON:
                 av = av_row + (av_f - F).to(tl.float32)
             else:
                 av = tl.load(a_b + row * C + oc, mask=mc, other=MASK) + (tl.load(f_b + row) - F).to(tl.float32)
-            base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32)
-            base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
-            if HAS_PS:
-                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            if HAS_MASK:
-                base += tl.where((s >= ms) & ((tl.load(fl_b + s) & 4) == 0), 0.0, MASK)
-            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
-            x = av[:, None] + trk.to(tl.float32) + base[None, :]
+            x = _dur_tile(s, k, av, s_t, 0.0, ms, cum_b, ps_b, fl_b, tr_ptr, db_ptr, C, oc, mc, m2, HAS_PS, HAS_MASK)
             bm = tl.max(x, 0)
             if IS_MAX:
                 ba = tl.argmax(x, 0, tie_break_left=True).to(tl.int32)
@@ -727,6 +722,7 @@ if HAS_TRITON:
         and every factor is finite (``entropy._mix_step``)."""
         s_t = tl.load(cum_b + t * C + oc, mask=mc, other=0.0)
         fref = tl.load(ef_b + t - 1)
+        ms = oc
         if HAS_MASK:
             ms = tl.load(lim_b + t * C + oc, mask=mc, other=0)
         pe_t = tl.zeros([C_PAD], dtype=tl.float32)
@@ -735,6 +731,7 @@ if HAS_TRITON:
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
         run_r = tl.zeros([C_PAD], dtype=tl.float32)
+        zero = tl.zeros([C_PAD], dtype=tl.float32)
         for k in range(1, tl.minimum(t, K) + 1):
             s = t - k
             own = s > t0
@@ -744,35 +741,26 @@ if HAS_TRITON:
                           tl.load(st32 + jc * C + oc, mask=mc, other=0.0))
             hv += (tl.where(own, tl.load(fh_b + s), tl.load(st64 + jc)) - Fh).to(tl.float32)
             av = tl.load(ea_b + s * C + oc, mask=mc, other=MASK) + (tl.load(ef_b + s) - fref).to(tl.float32)
-            base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32) + pe_t
-            base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
-            if HAS_PS:
-                base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            if HAS_MASK:
-                base += tl.where((s >= ms) & ((tl.load(fl_b + s) & 4) == 0), 0.0, MASK)
-            trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
-            x = av[:, None] + trk.to(tl.float32) + base[None, :]
-            if s == 0:
-                # the phantom predecessor: one term of an empty prefix (h = 0, -Fh in this frame)
-                x0 = lse_rows(x)
-                nm = tl.maximum(run_m, x0)
-                sc = tl.exp(run_m - nm)
-                e0 = tl.exp(x0 - nm)
-                run_s = run_s * sc + e0
-                run_r = run_r * sc + e0 * ((-Fh).to(tl.float32) - x0)
-            else:
-                nm = tl.maximum(run_m, tl.max(x, 0))
-                sc = tl.exp(run_m - nm)
-                e = tl.exp(x - nm[None, :])
-                run_s = run_s * sc + tl.sum(e, 0)
-                run_r = run_r * sc + tl.sum(e * (hv[:, None] - x), 0)
-            run_m = nm
-        # sum rho (h - log rho) = sum rho (h - x) + LSE x
-        ok = mc & (run_m > -1e29)
-        z = tl.where(ok, run_s, 1.0)
-        h = tl.where(ok, run_r / z + run_m + log_(z), MASK)
-        m = possible_shift(tl.max(h, 0))
-        return tl.where(ok, h - m, MASK), Fh + m.to(tl.float64)
+            x = _dur_tile(s, k, av, s_t, pe_t, ms, cum_b, ps_b, fl_b, tr_ptr, db_ptr, C, oc, mc, m2, HAS_PS, HAS_MASK)
+            # the first segment: one term of an empty prefix (h = 0, -Fh in this frame)
+            run_m, run_s, run_r = ent_terms(run_m, run_s, run_r, x, hv, zero, s == 0, (-Fh).to(tl.float32))
+        return ent_row(run_m, run_s, run_r, mc, Fh)
+
+    @triton.jit
+    def _dur_tile(s, k, av, s_t, extra, ms, cum_b, ps_b, fl_b, tr_ptr, db_ptr, C, oc, mc, m2,
+                  HAS_PS: tl.constexpr, HAS_MASK: tl.constexpr):
+        """(C_PAD source, C_PAD label) terms of the segments [s, t) of duration k of the direct
+        recurrence: ``av[c'] + Tr[k-1, c', c] + D[k-1, c] + extra[c] + S_t(c) - S_s(c)
+        (+ ps_s(c))`` (``s_t`` = S_t), IMPOSSIBLE where a mask excludes them (HAS_MASK: ``ms`` the
+        row of min_start at t, ``fl_b`` the flags: :func:`dur_step`)."""
+        base = tl.load(db_ptr + (k - 1) * C + oc, mask=mc, other=MASK).to(tl.float32) + extra
+        base += (s_t - tl.load(cum_b + s * C + oc, mask=mc, other=0.0)).to(tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            base += tl.where((s >= ms) & ((tl.load(fl_b + s) & 4) == 0), 0.0, MASK)
+        trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2, other=MASK)
+        return av[:, None] + trk.to(tl.float32) + base[None, :]
 
     @triton.jit
     def _dur_row(a_b, f_b, st32, st64, p, a, K, C, oc, mc):

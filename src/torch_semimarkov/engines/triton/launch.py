@@ -387,12 +387,20 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                                              **dur_masks)
         g_tr = wtr.sum(1).double()
         g_db = g_tr.sum(2)
+    return finish_marginals(p_start, p_end, g_tr, g_db, ok, K, dtype)
+
+
+def finish_marginals(p_start, p_end, g_tr, g_db, ok, K: int, dtype):
+    """The backward's (or the entropy's weighted) marginals as they leave the engine: 0 for the
+    sequences with no allowed segmentation (``ok`` False), the duration axis padded with zeros from
+    the plan's K (at most T) to the call's ``K`` (a (K, C, C) transition's too), in ``dtype``."""
     for t in (p_start, p_end, g_tr, g_db):
         zero_rows(t, ok)
+    B, K_eff, C = g_db.shape
     if K_eff < K:
         pad = K - K_eff
         g_db = torch.cat([g_db, g_db.new_zeros(B, pad, C)], 1)
-        if dur_tr:
+        if g_tr.dim() == 4:
             g_tr = torch.cat([g_tr, g_tr.new_zeros(B, pad, C, C)], 1)
     return p_start.to(dtype), p_end.to(dtype), g_tr.to(dtype), g_db.to(dtype)
 

@@ -14,7 +14,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import log_, lse_rows
+    from torch_semimarkov.engines.triton.common import ent_terms, log_, lse_rows
 
     @triton.jit
     def anchor_log_z(anc_b, t, L, A):
@@ -123,30 +123,6 @@ if HAS_TRITON:
         (C, C) kernels read that from the stored U rows; the (K, C, C) ones from the flags)."""
         lim = _seg_limit(s, L, K, oc, mc, me_b, C, True)
         return tl.where((tl.load(fl_b + s) & 4) == 0, lim, 0)
-
-    @triton.jit
-    def _ent_terms(run_m, run_s, run_r, z, hv, hy, first, h0):
-        """Add a (source c', label c) tile of segment log weights ``z`` to the running sums per
-        label of the entropy anchors: ``run_s = sum exp(z - run_m)`` and ``run_r = sum exp(z - run_m)
-        (h + h' - z)`` with h = ``hv[c']`` (the prefix entropies at the start node) and h' = ``hy[c]``
-        (the suffix entropies at the end node). ``first``: a first segment, whose phantom
-        predecessors are one term (LSE over c') of an empty prefix, h = ``h0`` (0 in the frame of
-        ``hv``). Every factor is finite and a term that is not real weighs 0 (no select per
-        entry, as ``entropy._mix_step``)."""
-        if first:
-            z0 = lse_rows(z)
-            nm = tl.maximum(run_m, z0)
-            sc = tl.exp(run_m - nm)
-            e0 = tl.exp(z0 - nm)
-            run_s = run_s * sc + e0
-            run_r = run_r * sc + e0 * (h0 + hy - z0)
-        else:
-            nm = tl.maximum(run_m, tl.max(z, 0))
-            sc = tl.exp(run_m - nm)
-            e = tl.exp(z - nm[None, :])
-            run_s = run_s * sc + tl.sum(e, 0)
-            run_r = run_r * sc + tl.sum(e * (hv[:, None] + hy[None, :] - z), 0)
-        return nm, run_s, run_r
 
     @triton.jit
     def _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK: tl.constexpr):
@@ -547,7 +523,7 @@ if HAS_TRITON:
                 z = tl.where(m2c, av[:, None] + trk.to(tl.float32) + col[None, :], 2 * MASK)
                 if ENT:
                     hy = tl.load(hy_b + e * C + oc, mask=mc, other=0.0) + (tl.load(gh_b + e) - gq).to(tl.float32)
-                    run_m, run_s, run_r = _ent_terms(run_m, run_s, run_r, z, hv, hy, s == 0, (-fq).to(tl.float32))
+                    run_m, run_s, run_r = ent_terms(run_m, run_s, run_r, z, hv, hy, s == 0, (-fq).to(tl.float32))
                 else:
                     nm = tl.maximum(run_m, tl.max(z, 0))
                     run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
