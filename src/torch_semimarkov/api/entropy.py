@@ -223,13 +223,14 @@ def semi_crf_streaming_entropy(
     Paths: CPU tensors with a (C, C) or (K, C, C) transition take the compiled CPU engine
     (``backend="auto"`` or ``"numba"``; float64, :mod:`torch_semimarkov.engines.numba.entropy`, the same recurrences
     compiled, 100x+ faster, with the scores taken relative to a per-position reference so that
-    cumulative scores of 1e6 cost no precision). CUDA tensors with a (C, C) transition take the
-    engine's float32 kernels. Without a gradient (or under ``torch.no_grad()``: uncertainty for
-    active learning, monitoring) one forward + backward, ``E[score]`` from its marginals (about
-    the accuracy of the engine's log Z); with one, the entropy engine (``engines/triton/entropy.py``: prefix and suffix entropy
-    recurrences, then weighted marginals). Elsewhere ((K, C, C) transitions on CUDA, rings too
-    large for registers, ``backend="torch"``, the CPU without numba) the float64
-    expectation-semiring recurrences (dense kernels on CUDA, PyTorch on the CPU).
+    cumulative scores of 1e6 cost no precision). CUDA tensors take the engine's float32 kernels.
+    Without a gradient (or under ``torch.no_grad()``: uncertainty for active learning,
+    monitoring) one forward + backward, ``E[score]`` from its marginals (about the accuracy of
+    the engine's log Z); with one, the entropy engine (``engines/triton/entropy.py``: prefix and
+    suffix entropy recurrences, then weighted marginals; (C, C) rings that fit in registers and
+    (K, C, C) transitions). Elsewhere (the gradient of larger (C, C) rings, ``backend="torch"``,
+    the CPU without numba) the float64 expectation-semiring recurrences (dense kernels on CUDA,
+    PyTorch on the CPU).
 
     Args: those of :func:`semi_crf_streaming_topk` (without ``k``).
 
