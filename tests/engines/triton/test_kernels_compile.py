@@ -28,6 +28,7 @@ from compile_kernels import record_launches  # noqa: E402
 from kernel_cases import adversarial, inputs, validated  # noqa: E402
 from torch_semimarkov import (  # noqa: E402
     semi_crf_streaming_entropy,
+    semi_crf_streaming_forward,
     semi_crf_streaming_sample,
     semi_crf_streaming_topk,
     semi_crf_streaming_viterbi,
@@ -124,6 +125,18 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     semi_crf_streaming_topk(**inp, k=5, backend="triton")
     grad_inp = dict(inp, cum_scores=inp["cum_scores"].clone().requires_grad_(True))
     semi_crf_streaming_entropy(**grad_inp, backend="triton").sum().backward()  # the entropy kernels
+    # a (K, C, C) transition: masks on the direct recurrence (forward, beta, marginals, Viterbi), the
+    # entropy's value (masked too) and its gradient (the ENT variants of the chunk, anchor and
+    # marginal kernels), two chunks each (chunks of 6)
+    kin = inputs((1, 8, 3, 3, "ragged", "both", True), seed=4)
+    kgrad = dict(kin, cum_scores=kin["cum_scores"].clone().requires_grad_(True))
+    semi_crf_streaming_viterbi(**kin, label_mask=lm, backend="triton")
+    semi_crf_streaming_forward(**kgrad, label_mask=lm, backend="triton").sum().backward()
+    with torch.no_grad():
+        semi_crf_streaming_entropy(**kin, backend="triton")
+        semi_crf_streaming_entropy(**kin, label_mask=lm, backend="triton")
+    semi_crf_streaming_entropy(**kgrad, backend="triton").sum().backward()
+    semi_crf_streaming_entropy(**kgrad, label_mask=lm, backend="triton").sum().backward()
     # the dense recurrences (CUDA's path for the float64 model of masked calls)
     from test_kernels_dense import _model
     from torch_semimarkov.engines.triton.dense import run_dense

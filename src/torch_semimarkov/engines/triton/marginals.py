@@ -662,7 +662,8 @@ if HAS_TRITON:
                     hy = tl.load(hy_b + (s + k) * C + oc, mask=mc, other=0.0)
                     if s == 0:
                         # the phantom predecessors: one term, log P of their sum, an empty prefix
-                        wt = lse_rows(tl.where(m2c, lp, 2 * MASK))[None, :] + (wq.to(tl.float32) - hy)[None, :]
+                        w0 = lse_rows(tl.where(m2c, lp, 2 * MASK)) + wq.to(tl.float32) - hy
+                        wt = tl.zeros([C_PAD, C_PAD], dtype=tl.float32) + w0[None, :]
                     else:
                         hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0)
                         wt = lp + ((wq - tl.load(fh_b + s)).to(tl.float32) - hy)[None, :] - hv[:, None]
