@@ -371,14 +371,7 @@ if HAS_TRITON:
         (``limits.py``): a segment [s, t) of label c enters only if t <= max_end[s, c], and none
         does where a flag forbids a start at s.
         """
-        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-        base = tl.zeros([C_PAD], dtype=tl.float32)
-        if HAS_PS:
-            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-        me = oc
-        if HAS_MASK:
-            me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
-            base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
+        s_s, base, me = _dur_beta_start(s, cum_b, ps_b, lim_b, fl_b, C, oc, mc, C_PAD, HAS_PS, HAS_MASK)
         k_lim = tl.minimum(L - s, K)
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
@@ -420,15 +413,8 @@ if HAS_TRITON:
         t > b0 come from the run's start state (``st32`` / ``st64``: row t - b0), earlier ones from
         ``h_b`` / ``gh_b``; ``Gh`` is the frame of h'_{s+1}. Masks as :func:`dur_beta_step`'s.
         Returns ``(h'_hat_s, Gh_s)`` as :func:`~.forward.dur_ent_step` returns its row."""
-        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        s_s, base, me = _dur_beta_start(s, cum_b, ps_b, lim_b, fl_b, C, oc, mc, C_PAD, HAS_PS, HAS_MASK)
         gref = tl.load(eg_b + s + 1)
-        base = tl.zeros([C_PAD], dtype=tl.float32)
-        if HAS_PS:
-            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-        me = oc
-        if HAS_MASK:
-            me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
-            base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
         run_m = tl.full([C_PAD], MASK, tl.float32)
         run_s = tl.zeros([C_PAD], dtype=tl.float32)
         run_r = tl.zeros([C_PAD], dtype=tl.float32)
@@ -450,6 +436,22 @@ if HAS_TRITON:
             run_r = run_r * sc + tl.sum(e * (hv[None, :] - y), 1)
             run_m = nm
         return ent_row(run_m, run_s, run_r, mc, Gh)
+
+    @triton.jit
+    def _dur_beta_start(s, cum_b, ps_b, lim_b, fl_b, C, oc, mc, C_PAD: tl.constexpr, HAS_PS: tl.constexpr,
+                        HAS_MASK: tl.constexpr):
+        """What every term of a direct beta step at s shares: ``(S_s, base, max_end)``, ``base`` the
+        row ps_s (+ IMPOSSIBLE where a flag forbids a start at s), ``max_end`` the mask's row at s
+        (HAS_MASK; else unused)."""
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
+        base = tl.zeros([C_PAD], dtype=tl.float32)
+        if HAS_PS:
+            base += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        me = oc
+        if HAS_MASK:
+            me = tl.load(lim_b + s * C + oc, mask=mc, other=0)
+            base += tl.where((tl.load(fl_b + s) & 4) == 0, 0.0, MASK)
+        return s_s, base, me
 
     @triton.jit
     def _dur_beta_tile(t, k, base, xv, dk, s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc, m2c, HAS_MASK: tl.constexpr):
