@@ -10,20 +10,20 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
-timeout 170 python3 -m pytest -q -n 4 -p no:cacheprovider -p no:benchmark -o addopts="" --tb=short \
+timeout 330 python3 -m pytest -q -n 4 -p no:cacheprovider -p no:benchmark -o addopts="" --tb=short \
     tests/engines/triton/test_kernels_masks.py tests/engines/triton/test_kernels_entropy.py \
     tests/engines/triton/test_gpu.py -k "${TESTS:-duration or masks or topk_samples or kcc or KCC or gradient}" > $OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
-timeout $(( ${END_S:-260} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
+timeout $(( ${END_S:-540} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
     --sizes ${SMALL:-4,5000,64,8} --repeat 5 \
     --only entropy,entropy_torch,entropy_grad,entropy_grad_torch,masked_fwd_bwd,masked_fwd_bwd_torch,masked_entropy \
     --out $OUT/distribution_kcc_masks_small.json > $OUT/distribution_kcc_masks.log 2>&1
 echo "bench small rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
-timeout $(( ${END_S:-260} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
+timeout $(( ${END_S:-540} - ($(date +%s) - t0) )) python3 benchmarks/bench_distribution.py --kcc \
     --sizes ${LARGE:-2,20000,200,24} --repeat 5 --only entropy,entropy_grad,masked_fwd_bwd,masked_entropy \
     --out $OUT/distribution_kcc_masks_large.json >> $OUT/distribution_kcc_masks.log 2>&1
 echo "bench large rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
-timeout $(( ${END_S:-260} - ($(date +%s) - t0) )) python3 benchmarks/probes/profile_fwdbwd.py \
+timeout $(( ${END_S:-540} - ($(date +%s) - t0) )) python3 benchmarks/probes/profile_fwdbwd.py \
     $OUT/kcc_profile.json ${PROFILE:-1,10000,500,47} kcc > $OUT/kcc_profile.log 2>&1
 echo "profile rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 cat $OUT/phases.txt
