@@ -803,58 +803,24 @@ def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_
     The same four steps on the direct recurrence's kernels: the forward and beta rows
     (``parallel.forward_chunked`` / ``beta_chunked``); the prefix and suffix entropies, linear
     recurrences over the same O(K·C²) terms weighted by those rows, time-parallel by the same
-    chunked fix-up (``parallel.dur_entropy_chunked``); log Z and H at anchors from the rows
-    themselves (``marginals._anchor_duration_tr_kernel`` with ``ENT``); and every marginal times
-    ``log mu + H - h - h'`` (``marginals._shared_duration_tr_kernel`` with ``ENT``). The first
+    chunked fix-up (``parallel.dur_entropy_chunked``); then the backward's last two steps with
+    ``ENT`` (``launch.dur_marginals``): log Z and H at anchors from the rows themselves, and every
+    marginal times ``log mu + H - h - h'``. The first
     segment is one term of its phantom predecessors (their LSE, an empty prefix), as log Z counts
     it, so H is the entropy of the segmentations themselves.
     """
     from torch_semimarkov.engines.torch.reference import feasible
-    from torch_semimarkov.engines.triton.launch import finish_marginals
-    from torch_semimarkov.engines.triton.marginals import _anchor_duration_tr_kernel, _shared_duration_tr_kernel
+    from torch_semimarkov.engines.triton.launch import dur_marginals, finish_marginals
     from torch_semimarkov.engines.triton.parallel import beta_chunked, dur_entropy_chunked, forward_chunked
-    from torch_semimarkov.engines.triton.plan import AUX_WARPS, anchor_spacing, duration_marginal_chunks
 
-    B, T1, C = cum_scores.shape
-    T = T1 - 1
-    dev = cum_scores.device
-    K_eff = plan.K
-    ps = proj_start if proj_start is not None else cum_scores
-    pe = proj_end if proj_end is not None else cum_scores
     inputs = (cum_scores, transition, duration_bias, lengths)
     saved, frames, _, _ = forward_chunked(*inputs, "log", proj_start, proj_end, plan, masks=masks)
     alpha_hat = saved[0]
     x_hat, g, _ = beta_chunked(*inputs, proj_start, proj_end, plan, masks=masks)
     h, fh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, alpha_hat, frames, False, masks)
     hy, gh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, x_hat, g, True, masks)
-    rows = torch.arange(B, device=dev)
+    rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
     ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
-    mask_args = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
-    ent_rows = dict(h_ptr=h, fh_ptr=fh, hy_ptr=hy, gh_ptr=gh, ENT=True)
-
-    # anchors: log Z and H every A positions, from the rows themselves
-    A = anchor_spacing(plan, T)
-    n_anchor = -(-T // A) + 1
-    lz = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
-    H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
-    _anchor_duration_tr_kernel[(B, n_anchor)](
-        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps, a_ptr=alpha_hat,
-        f_ptr=frames, x_ptr=x_hat, g_ptr=g, out_ptr=lz, hout_ptr=H, C=C, K=K_eff, A=A, NA=n_anchor, s_cum_b=T1 * C,
-        s_p_b=T * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, IDX64=plan.idx64,
-        num_warps=AUX_WARPS, **mask_args, **ent_rows)
-    lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
-    H = torch.where(ok[:, None], H, torch.zeros_like(H))
-
-    # weighted marginals
-    ch, nch = duration_marginal_chunks(B, T, K_eff, C)
-    q_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
-    q_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
-    wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
-    _shared_duration_tr_kernel[(B, nch)](
-        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps, pe_ptr=pe,
-        anc_ptr=lz, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, pst_ptr=q_start, pend_ptr=q_end,
-        wtr_ptr=wtr, C=C, K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_p_b=T * C, s_a_b=T1 * C,
-        s_f_b=T1, C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None, IDX64=plan.idx64,
-        num_warps=AUX_WARPS, hanc_ptr=H, **mask_args, **ent_rows)
-    q_tr = wtr.sum(1).double()
+    q_start, q_end, q_tr, H = dur_marginals(*inputs, proj_start, proj_end, plan, alpha_hat, frames, x_hat, g, ok, masks,
+                                            entropy=(h, fh, hy, gh))
     return (H[:, 0],) + finish_marginals(q_start, q_end, q_tr, q_tr.sum(2), ok, K, cum_scores.dtype)

@@ -268,8 +268,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         sequence with no allowed segmentation, are 0.
     """
     from torch_semimarkov.engines.triton.beta import _beta_duration_tr_kernel, _beta_factored_kernel, _beta_factored_reg_kernel
-    from torch_semimarkov.engines.triton.marginals import (_anchor_duration_tr_kernel, _anchor_kernel, _shared_duration_tr_kernel,
-                            _shared_factored_kernel)
+    from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
 
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
@@ -299,12 +298,9 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     # an infeasible sequence (no allowed segmentation) has no marginals: its anchors are 0, so that
     # every value is exp(IMPOSSIBLE) = 0, and it is zeroed explicitly at the end
     ok = feasible(lz)
-    p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
-    p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     ps = proj_start if proj_start is not None else cum_scores
     pe = proj_end if proj_end is not None else cum_scores
     dur_tr = plan.kind == "dur"
-    ch, nch = duration_marginal_chunks(B, T, K_eff, C) if dur_tr else marginal_chunks(B, T, C, K_eff * C + C * C)
     inputs = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, C=C, K=K_eff,
                   s_cum_b=T1 * C)
     if early is not None:
@@ -327,23 +323,25 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                                                 REBASE=REBASE)
             else:
                 _beta_factored_kernel[(B,)](**beta, w_ptr=w_hat, f_ptr=frames, lzb_ptr=lzb, K_BLOCK=plan.k_block)
+    if dur_tr:
+        p_start, p_end, g_tr, _ = dur_marginals(cum_scores, transition, duration_bias, lengths, proj_start, proj_end,
+                                                plan, alpha_hat, frames, x_hat, g, ok, masks)
+        return finish_marginals(p_start, p_end, g_tr, g_tr.sum(2), ok, K, dtype)
+    p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    ch, nch = marginal_chunks(B, T, C, K_eff * C + C * C)
     # log Z from the stored rows every A positions (exact there): each marginal is normalised by the
     # value interpolated between its two anchors, so only the drift over A positions of the float32
     # recurrences (and of the time-parallel engine's offsets) remains
     A = anchor_spacing(plan, T)
     # the blocked engine (large K): the anchors, P_start and the duration marginals as (start,
     # duration, label) tiles (``_blk_seg_kernel``), then the per-position kernel for the rest
-    tiled = plan.kind == "mem" and plan.time_parallel and masks is None and plan.marg != "position" and not dur_tr
+    tiled = plan.kind == "mem" and plan.time_parallel and masks is None and plan.marg != "position"
     n_anchor = -(-T // A) + 1
     anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
                    s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
-    dur_masks = {} if masks is None else dict(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
-    if dur_tr:
-        _anchor_duration_tr_kernel[(B, n_anchor)](
-            **rows_in, cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, ps_ptr=ps, a_ptr=alpha_hat,
-            out_ptr=anchors, s_p_b=T * C, HAS_PS=proj_start is not None, **dur_masks)
-    elif tiled:
+    if tiled:
         tiles = _blk_tiles(plan, duration_bias)
         anchors = _blk_anchors(rows_in, tiles, cum_scores, w_hat, torch.where(ok, lz, 0.0), B, n_anchor)
     else:
@@ -365,29 +363,73 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
                 s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64)
-    if not dur_tr:
-        if tiled:
-            wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-            _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
-            # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
-            marg["CH"], marg["NCH"] = position_chunks(B, T, C)
-        else:
-            wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-        wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
-        _shared_factored_kernel[(B, marg["NCH"])](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
-                                          ONE_KB=K_eff <= plan.k_block, SEG=not tiled,
-                                          **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
-        # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
-        g_tr = wtr.sum(1).double()
-        g_db = wdb.sum(1).double()
+    if tiled:
+        wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
+        _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
+        # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
+        marg["CH"], marg["NCH"] = position_chunks(B, T, C)
     else:
-        # every program stores all K blocks of its chunk's workspace (zeros where it has no segment)
-        wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
-        _shared_duration_tr_kernel[(B, nch)](**marg, ps_ptr=ps, wtr_ptr=wtr, HAS_PS=proj_start is not None,
-                                             **dur_masks)
-        g_tr = wtr.sum(1).double()
-        g_db = g_tr.sum(2)
-    return finish_marginals(p_start, p_end, g_tr, g_db, ok, K, dtype)
+        wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
+    wtr = torch.empty((B, marg["NCH"], C, C), device=dev, dtype=torch.float32)
+    _shared_factored_kernel[(B, marg["NCH"])](**marg, w_ptr=w_hat, wtr_ptr=wtr, wdb_ptr=wdb, K_BLOCK=plan.k_block,
+                                      ONE_KB=K_eff <= plan.k_block, SEG=not tiled,
+                                      **({} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)))
+    # fixed-order reductions over chunks (deterministic), without a float64 copy of the workspace
+    return finish_marginals(p_start, p_end, wtr.sum(1).double(), wdb.sum(1).double(), ok, K, dtype)
+
+
+def dur_marginals(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan,
+                  alpha_hat, frames, x_hat, g, ok, masks=None, entropy=None):
+    """The last two steps of a (K, C, C) backward (prepared inputs, a ``"dur"`` plan, the forward's
+    ``alpha_hat`` and beta's ``Y_hat`` rows with their global frames): log Z at anchors every
+    :func:`~.plan.anchor_spacing` positions from the rows themselves
+    (``marginals._anchor_duration_tr_kernel``), each marginal normalised by the value interpolated
+    between its two anchors, then every marginal (``marginals._shared_duration_tr_kernel``).
+    ``ok`` (B,): the sequences with an allowed segmentation (the others' anchors are 0).
+    ``entropy``: ``(h, fh, hy, gh)``, the prefix and suffix entropies and their global frames
+    (``parallel.dur_entropy_chunked``): the anchors give H too, and the marginals are the
+    entropy's weighted ones.
+
+    Returns ``(p_start (B, T, C) float32, p_end (B, T, C) float32, g_tr (B, K', C, C) float64, H)``,
+    the sums over each chunk's workspace reduced in a fixed order; H (B, NA) float64 the entropy
+    at the anchors with ``entropy``, else None.
+    """
+    from torch_semimarkov.engines.triton.marginals import _anchor_duration_tr_kernel, _shared_duration_tr_kernel
+
+    B, T1, C = cum_scores.shape
+    T = T1 - 1
+    dev = cum_scores.device
+    K_eff = plan.K
+    ps = proj_start if proj_start is not None else cum_scores
+    A = anchor_spacing(plan, T)
+    n_anchor = -(-T // A) + 1
+    common = dict(cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, ps_ptr=ps,
+                  a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
+                  s_cum_b=T1 * C, s_p_b=T * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad,
+                  HAS_PS=proj_start is not None, IDX64=plan.idx64, num_warps=AUX_WARPS)
+    if masks is not None:
+        common.update(me_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
+    H = None
+    anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    if entropy is None:
+        _anchor_duration_tr_kernel[(B, n_anchor)](**common, out_ptr=anchors)
+    else:
+        h, fh, hy, gh = entropy
+        common.update(h_ptr=h, fh_ptr=fh, hy_ptr=hy, gh_ptr=gh, ENT=True)
+        H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+        _anchor_duration_tr_kernel[(B, n_anchor)](**common, out_ptr=anchors, hout_ptr=H)
+        H = torch.where(ok[:, None], H, torch.zeros_like(H))
+        common.update(hanc_ptr=H)
+    anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
+    ch, nch = duration_marginal_chunks(B, T, K_eff, C)
+    p_start = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    p_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
+    # every program stores all K blocks of its chunk's workspace (zeros where it has no segment)
+    wtr = torch.empty((B, nch, K_eff, C, C), device=dev, dtype=torch.float32)
+    _shared_duration_tr_kernel[(B, nch)](**common, pe_ptr=proj_end if proj_end is not None else cum_scores,
+                                         anc_ptr=anchors, pst_ptr=p_start, pend_ptr=p_end, wtr_ptr=wtr, CH=ch,
+                                         NCH=nch, HAS_PE=proj_end is not None)
+    return p_start, p_end, wtr.sum(1).double(), H
 
 
 def finish_marginals(p_start, p_end, g_tr, g_db, ok, K: int, dtype):

@@ -125,6 +125,24 @@ def _start_state(K, C, boundary, dev):
     return s32, torch.zeros((K,), device=dev, dtype=torch.float64)
 
 
+def _chunk_args(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan, state,
+                semiring: str = "log") -> dict:
+    """What every launch of the chunk kernels (``chunks.py``) passes: the inputs (an absent
+    projection's pointer is ``cum_scores``, never read), the chunks' end states and flags
+    (``state``, :func:`_chunk_state`'s, less the label rings), sizes, strides and the fix-ups'
+    tolerance."""
+    B, T1, C = cum_scores.shape
+    e32, e64, status, src, delta, steps = state
+    return dict(
+        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
+        ps_ptr=proj_start if proj_start is not None else cum_scores,
+        pe_ptr=proj_end if proj_end is not None else cum_scores,
+        e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
+        C=C, K=plan.K, W=plan.chunk, NCH=plan.n_chunks, s_cum_b=T1 * C, s_p_b=(T1 - 1) * C, s_w_b=T1 * C, s_f_b=T1,
+        TOL=fixup_tol(plan, semiring),
+    )
+
+
 def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                     plan: KernelPlan, masks=None):
     """Every position's forward state by the chunked fix-up: the register-ring kernel for a
@@ -143,7 +161,6 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
         return _blocked_chunks(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                                plan, reverse=False, masks=masks)
     B, T1, C = cum_scores.shape
-    T = T1 - 1
     dev = cum_scores.device
     is_max = semiring == "max"
     dur = plan.kind == "dur"
@@ -156,15 +173,8 @@ def forward_chunked(cum_scores, transition, duration_bias, lengths, semiring, pr
     else:
         e32, e64, eb, status, src, delta, steps = _chunk_state(
             B, n, k_pad * c_pad + c_pad, k_pad + 1, k_pad * c_pad if is_max else 0, dev)
-    args = dict(
-        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
-        ps_ptr=proj_start if proj_start is not None else cum_scores,
-        pe_ptr=proj_end if proj_end is not None else cum_scores,
-        f_ptr=frames, bp_ptr=bp, e32=e32, e64=e64,
-        st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=fixup_tol(plan, semiring),
-    )
+    args = dict(_chunk_args(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                            (e32, e64, status, src, delta, steps), semiring), f_ptr=frames, bp_ptr=bp)
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, IS_MAX=is_max, HAS_PS=proj_start is not None,
                 HAS_PE=proj_end is not None, num_warps=plan.num_warps, IDX64=plan.idx64)
     if masks is not None:
@@ -195,7 +205,6 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
                                              proj_end, plan, reverse=True, masks=masks)
         return x_hat[0], g, stats
     B, T1, C = cum_scores.shape
-    T = T1 - 1
     dev = cum_scores.device
     c_pad, k_pad, W, n, K = plan.c_pad, plan.k_pad, plan.chunk, plan.n_chunks, plan.K
     dur = plan.kind == "dur"
@@ -205,14 +214,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
     else:
         e32, e64, _, status, src, delta, steps = _chunk_state(B, n, k_pad * c_pad + 2 * c_pad, k_pad + 1, 0, dev)
-    args = dict(
-        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
-        ps_ptr=proj_start if proj_start is not None else cum_scores,
-        pe_ptr=proj_end if proj_end is not None else cum_scores,
-        r_ptr=x_hat, f_ptr=g, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=fixup_tol(plan, "log"),
-    )
+    args = dict(_chunk_args(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                            (e32, e64, status, src, delta, steps)), r_ptr=x_hat, f_ptr=g)
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                 num_warps=plan.num_warps, IDX64=plan.idx64)
     if masks is not None:
@@ -245,21 +248,15 @@ def dur_entropy_chunked(cum_scores, transition, duration_bias, lengths, proj_sta
     from torch_semimarkov.engines.triton.chunks import _dur_chunks_kernel
 
     B, T1, C = cum_scores.shape
-    T = T1 - 1
     dev = cum_scores.device
     W, n, K = plan.chunk, plan.n_chunks, plan.K
     h = torch.empty((B, T1, C), device=dev, dtype=torch.float32)
     fh = torch.zeros((B, T1), device=dev, dtype=torch.float64)
     e32, e64, _, status, src, delta, steps = _chunk_state(B, n, K * C, K, 0, dev)
-    args = dict(
-        cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths,
-        ps_ptr=proj_start if proj_start is not None else cum_scores,
-        pe_ptr=proj_end if proj_end is not None else cum_scores,
-        r_ptr=h, f_ptr=fh, e32=e32, e64=e64, st_ptr=status, src_ptr=src, dl_ptr=delta, cv_ptr=steps,
-        i32=torch.zeros((K, C), device=dev, dtype=torch.float32), i64=torch.zeros((K,), device=dev, dtype=torch.float64),
-        ea_ptr=rows, ef_ptr=frames, C=C, K=K, W=W, NCH=n, s_cum_b=T1 * C, s_p_b=T * C, s_w_b=T1 * C, s_f_b=T1,
-        TOL=fixup_tol(plan, "log"),
-    )
+    args = dict(_chunk_args(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan,
+                            (e32, e64, status, src, delta, steps)), r_ptr=h, f_ptr=fh, ea_ptr=rows, ef_ptr=frames,
+                i32=torch.zeros((K, C), device=dev, dtype=torch.float32),
+                i64=torch.zeros((K,), device=dev, dtype=torch.float64))
     if not reverse:
         args.update(bp_ptr=torch.empty((1,), device=dev, dtype=torch.int32), T1=T1)
     if masks is not None:
