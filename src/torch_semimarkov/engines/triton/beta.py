@@ -22,6 +22,13 @@ from __future__ import annotations
 
 from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noqa: F401
 
+
+def beta_transition(transition):
+    """A (K, C, C) transition as the direct beta kernels read it: ``[k, c, c']`` = Tr[k, c', c]
+    (contiguous), so that their (label, source) tiles load along the source and reduce over rows,
+    as the forward's do (GPU_NOTES 102: reduced over columns, the step cost ~20x the warp shuffles)."""
+    return transition.transpose(-2, -1).contiguous()
+
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
@@ -370,6 +377,8 @@ if HAS_TRITON:
         HAS_MASK: ``lim_b`` is the sequence's (T+1, C) int32 ``max_end`` and ``fl_b`` its flag bytes
         (``limits.py``): a segment [s, t) of label c enters only if t <= max_end[s, c], and none
         does where a flag forbids a start at s.
+
+        ``tr_ptr``: the transition transposed, ``[k, c, c']`` (:func:`beta_transition`).
         """
         s_s, base, me = _dur_beta_start(s, cum_b, ps_b, lim_b, fl_b, C, oc, mc, C_PAD, HAS_PS, HAS_MASK)
         k_lim = tl.minimum(L - s, K)
@@ -389,8 +398,8 @@ if HAS_TRITON:
                 gt = tl.load(g_b + t)
             y = _dur_beta_tile(t, k, base, xv, (gt - G).to(tl.float32), s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc,
                                m2c, HAS_MASK)
-            nm = tl.maximum(run_m, tl.max(y, 1))
-            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[:, None]), 1)
+            nm = tl.maximum(run_m, tl.max(y, 0))
+            run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(y - nm[None, :]), 0)
             run_m = nm
         bs = tl.where(mc, run_m + log_(tl.where(run_s > 0, run_s, 1.0)), MASK)
         m = possible_shift(tl.max(bs, 0))
@@ -429,11 +438,11 @@ if HAS_TRITON:
             y = _dur_beta_tile(t, k, base, tl.load(ex_b + t * C + oc, mask=mc, other=MASK),
                                (tl.load(eg_b + t) - gref).to(tl.float32), s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc,
                                m2c, HAS_MASK)
-            nm = tl.maximum(run_m, tl.max(y, 1))
+            nm = tl.maximum(run_m, tl.max(y, 0))
             sc = tl.exp(run_m - nm)
-            e = tl.exp(y - nm[:, None])
-            run_s = run_s * sc + tl.sum(e, 1)
-            run_r = run_r * sc + tl.sum(e * (hv[None, :] - y), 1)
+            e = tl.exp(y - nm[None, :])
+            run_s = run_s * sc + tl.sum(e, 0)
+            run_r = run_r * sc + tl.sum(e * (hv[:, None] - y), 0)
             run_m = nm
         return ent_row(run_m, run_s, run_r, mc, Gh)
 
@@ -455,8 +464,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _dur_beta_tile(t, k, base, xv, dk, s_s, me, cum_b, tr_ptr, db_ptr, C, oc, mc, m2c, HAS_MASK: tl.constexpr):
-        """(C_PAD source, C_PAD label) terms of the segments [s, t) of duration k of the direct beta
-        recurrence: ``Tr[k-1, c', c] + base[c] + xv[c] + dk + S_t(c) - S_s(c) + D[k-1, c]``
+        """(C_PAD label, C_PAD source) terms of the segments [s, t) of duration k of the direct beta
+        recurrence: ``Tr[k-1, c', c] + base[c] + xv[c] + dk + S_t(c) - S_s(c) + D[k-1, c]``, from
+        the transposed transition (:func:`beta_transition`; the caller reduces over rows)
         (``base``: ps_s and a forbidden start's mask; ``xv`` the Y row of t, ``dk`` its frame
         relative to the step's), IMPOSSIBLE past ``me`` (HAS_MASK: max_end at s)."""
         dk += (tl.load(cum_b + t * C + oc, mask=mc, other=0.0) - s_s).to(tl.float32)
@@ -464,7 +474,7 @@ if HAS_TRITON:
         if HAS_MASK:
             col += tl.where(t <= me, 0.0, MASK)
         trk = tl.load(tr_ptr + (k - 1) * C * C + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK)
-        return trk.to(tl.float32) + col[None, :]
+        return trk.to(tl.float32) + col[:, None]
 
     @triton.jit
     def _dur_save_end(e32, e64, a, b, beta, G, x_b, g_b, st32, st64, K, C, oc, mc, C_PAD: tl.constexpr):

@@ -267,7 +267,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         segment's last position; positions at or past a sequence's length, and every value of a
         sequence with no allowed segmentation, are 0.
     """
-    from torch_semimarkov.engines.triton.beta import _beta_duration_tr_kernel, _beta_factored_kernel, _beta_factored_reg_kernel
+    from torch_semimarkov.engines.triton.beta import (_beta_duration_tr_kernel, _beta_factored_kernel,
+                                                      _beta_factored_reg_kernel, beta_transition)
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
 
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
@@ -315,7 +316,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                     C_PAD=plan.c_pad, HAS_PS=proj_start is not None, HAS_PE=proj_end is not None,
                     num_warps=plan.num_warps, IDX64=plan.idx64)
         if dur_tr:
-            _beta_duration_tr_kernel[(B,)](**beta)
+            _beta_duration_tr_kernel[(B,)](**dict(beta, tr_ptr=beta_transition(transition)))
         else:
             lzb = torch.empty((B,), device=dev, dtype=torch.float64)
             if plan.kind == "reg":

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from torch_semimarkov.engines.triton import plan as _plan
+from torch_semimarkov.engines.triton.beta import beta_transition
 from torch_semimarkov.engines.triton.common import MASK, REBASE
 from torch_semimarkov.engines.triton.plan import WALK_WARPS, KernelPlan, fixup_tol, label_pad, walk_blocks
 
@@ -222,7 +223,8 @@ def beta_chunked(cum_scores, transition, duration_bias, lengths, proj_start, pro
         args.update(lim_ptr=masks[1], fl_ptr=masks[2], HAS_MASK=True)
     if dur:
         i32, i64 = _start_state(K, C, 0, dev)
-        redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64), dict(meta, REVERSE=True), steps)
+        redone = _three_phases(_dur_chunks_kernel, B, n, dict(args, i32=i32, i64=i64, tr_ptr=beta_transition(transition)),
+                               dict(meta, REVERSE=True), steps)
     else:
         redone = _three_phases(_reg_chunks_kernel, B, n, args, dict(meta, REBASE=REBASE, REVERSE=True), steps)
     g = backward_offsets(g, delta, W)
@@ -257,7 +259,9 @@ def dur_entropy_chunked(cum_scores, transition, duration_bias, lengths, proj_sta
                             (e32, e64, status, src, delta, steps)), r_ptr=h, f_ptr=fh, ea_ptr=rows, ef_ptr=frames,
                 i32=torch.zeros((K, C), device=dev, dtype=torch.float32),
                 i64=torch.zeros((K,), device=dev, dtype=torch.float64))
-    if not reverse:
+    if reverse:
+        args.update(tr_ptr=beta_transition(transition))
+    else:
         args.update(bp_ptr=torch.empty((1,), device=dev, dtype=torch.int32), T1=T1)
     if masks is not None:
         args.update(lim_ptr=masks[1] if reverse else masks[0], fl_ptr=masks[2], HAS_MASK=True)
