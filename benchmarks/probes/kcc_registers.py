@@ -7,6 +7,7 @@ global loads and exponentials are counted (static counts: the loop body is what 
 
     python benchmarks/probes/kcc_registers.py            # $OUT/kcc_registers.json (OUT default /tmp)
     C=24 WARPS=4,8 python benchmarks/probes/kcc_registers.py
+    SRC=.gpu/ew/src PYTHONPATH=.gpu/ew/src python benchmarks/probes/kcc_registers.py   # another tree
 
 GPU_NOTES 101 measured beta's direct step at 3.4x the forward's on an H100; this says whether the
 two compile alike.
@@ -89,7 +90,7 @@ def main():
         json.dump(records, open(path, "w"))
         env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
         env.update(TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
-                   PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""))
+                   PYTHONPATH=os.environ.get("SRC", os.path.join(ROOT, "src")) + os.pathsep + env.get("PYTHONPATH", ""))
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--compile", path], env=env,
                              capture_output=True, text=True, timeout=1200)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

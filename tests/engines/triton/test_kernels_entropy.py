@@ -210,21 +210,13 @@ def test_engine_entropy_of_a_duration_transition_equals_the_enumeration(engine_c
 @pytest.mark.parametrize("chunk", [7, 1000])
 def test_engine_entropy_of_a_duration_transition_on_long_sequences(monkeypatch, chunk):
     """T = 45 with fix-ups, ragged, both projections: the engine's value of a (K, C, C) model
-    equals the float64 path; with masks the call stays on the float64 path."""
+    equals the float64 path's, without masks and with them (the restricted distribution's
+    entropy: the first segment's limits at positions 1..K and a forbidden start right after a
+    chunk boundary). Both references are taken before the engine is let onto CPU tensors, so
+    that they are the float64 path's (on a GPU machine the engine cannot take CPU tensors)."""
     B, T, K, C = 2, 45, 6, 3
     ref = make_inputs(B, T, K, C, seed=50, duration_transitions=True, proj="both", lengths=[T, T - 13])
     ref["transition"][2, 1, 2] = -math.inf
-    want = semi_crf_streaming_entropy(**ref)  # CPU tensors: the float64 path
-    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
-    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
-    run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
-               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
-    none = {"label_mask": None, "boundary_mask": None}
-    got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **none, any_transition=True)[:3])
-    assert got is not None and (want > 1).all()
-    torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
-    # masks: the restricted distribution's entropy, on the engine too (the first segment's
-    # limits at positions 1..K and a forbidden start right after a chunk boundary)
     g = torch.Generator().manual_seed(51)
     lm = torch.rand(B, T, C, generator=g) < 0.75
     lm[torch.arange(B)[:, None], torch.arange(T), torch.randint(0, C, (B, T), generator=g)] = True
@@ -233,11 +225,18 @@ def test_engine_entropy_of_a_duration_transition_on_long_sequences(monkeypatch, 
     bm = torch.zeros(B, T, dtype=torch.long)
     bm[:, 17::9] = 1
     bm[1, 8] = -1
-    want = semi_crf_streaming_entropy(**ref, label_mask=lm, boundary_mask=bm)
-    masked = dict(label_mask=lm.to(DEVICE), boundary_mask=bm.to(DEVICE))
-    got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **masked, any_transition=True)[:3])
-    assert got is not None and (want > 1).all()
-    torch.testing.assert_close(cpu(got), want, atol=1e-3, rtol=1e-5)
+    want = semi_crf_streaming_entropy(**ref)  # CPU tensors: the float64 path
+    want_masked = semi_crf_streaming_entropy(**ref, label_mask=lm, boundary_mask=bm)
+    assert (want > 1).all() and (want_masked > 1).all()
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", chunk)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+    run = {k: (v.to(DEVICE, torch.float32) if isinstance(v, torch.Tensor) and v.is_floating_point()
+               else (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)) for k, v in ref.items()}
+    for masks, expected in (({"label_mask": None, "boundary_mask": None}, want),
+                            ({"label_mask": lm.to(DEVICE), "boundary_mask": bm.to(DEVICE)}, want_masked)):
+        got = entropy_mod._entropy_on_engine(*constrained._validated(**run, **masks, any_transition=True)[:3])
+        assert got is not None
+        torch.testing.assert_close(cpu(got), expected, atol=1e-3, rtol=1e-5)
 
 
 @pytest.mark.parametrize("i", [0, 1, 2])

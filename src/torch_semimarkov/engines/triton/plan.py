@@ -30,7 +30,7 @@ REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 DUR_PARALLEL_MAX_K = 1024
 
 #: Warps of the time-parallel (K, C, C) engine's programs (a (C_PAD, C_PAD) tile a step).
-DUR_PARALLEL_WARPS = 4
+DUR_PARALLEL_WARPS = 8
 
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
