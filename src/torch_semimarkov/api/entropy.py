@@ -91,7 +91,9 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         phantom = torch.logsumexp(tr, -2) - _weighted(soft, tr).sum(-2)
         phantom = torch.where(torch.isfinite(phantom), phantom, 0.0)
         if kcc:  # (K, C): the phantom of a first segment of each duration
-            expected = expected + (_first_segments(inp, p_end, masks) * phantom[None, :p_end.shape[1]]).sum((1, 2))
+            # the time-parallel forward kept every position's rows: the first K' are those it needs
+            rows = (state.first[0], state.second) if plan.time_parallel and plan.kind == "dur" else None
+            expected = expected + (_first_segments(inp, p_end, masks, rows) * phantom[None, :p_end.shape[1]]).sum((1, 2))
         else:
             expected = expected + (p_start[:, 0] * phantom).sum(1)
         for p, m in ((ps, p_start), (pe, p_end)):
@@ -101,13 +103,16 @@ def _entropy_on_engine(inp: StreamingInputs, lm, bm, engine: str = "may") -> Opt
         return torch.where(ok, log_z.double() - expected, torch.zeros_like(expected))
 
 
-def _first_segments(inp: StreamingInputs, p_end: torch.Tensor, masks=None) -> torch.Tensor:
+def _first_segments(inp: StreamingInputs, p_end: torch.Tensor, masks=None, rows=None) -> torch.Tensor:
     """(B, K', C) float64 P(the first segment is [0, k) of label c), k = 1..K' (K' = min(K, T)),
     from the engine's end marginals: ``P(a c-segment ends at k) · exp(a0_k(c) - alpha_k(c))``,
     where a0 is the score of the one-segment prefix (phantom predecessor included) and alpha_k the
-    forward message, from the engine's forward over the first K' positions (it depends on nothing
-    later). ``masks``: the call's segment limits ``(min_start, max_end, flags)`` (``limits.py``):
-    the forward reads their first K' + 1 rows, and a first segment they exclude has probability 0."""
+    forward message: from ``rows`` (``(alpha_hat (B, T+1, C) float32, frames (B, T+1) float64)``,
+    the call's own forward where it kept every position), else from the engine's forward over the
+    first K' positions (they depend on nothing later). ``masks``: the call's segment limits
+    ``(min_start, max_end, flags)`` (``limits.py``): that forward reads their first K' + 1 rows, and
+    a first segment they exclude has probability 0. Where a sequence is shorter than K' its rows
+    past its end are not read (its end marginals there are 0)."""
     from torch_semimarkov.engines.triton import launch
     from torch_semimarkov.engines.triton.limits import NO_START
     from torch_semimarkov.engines.triton.plan import masked_plan
@@ -115,14 +120,14 @@ def _first_segments(inp: StreamingInputs, p_end: torch.Tensor, masks=None) -> to
     cut = lambda x: None if x is None else x.detach()[:, :K1].contiguous()  # noqa: E731
     cum = inp.cum_scores.detach()[:, :K1 + 1].contiguous()
     lengths = torch.full((B,), K1, device=cum.device, dtype=inp.lengths.dtype)
-    plan, first = None, None
-    if masks is not None:
-        first = tuple(m[:, :K1 + 1].contiguous() for m in masks)
-        plan = masked_plan(B, K1, K1, inp.C, device=cum.device, duration_transitions=True)
-    _, (saved, frames) = launch.launch_forward(cum, inp.transition.detach(), inp.duration_bias.detach(), lengths, K1,
-                                               "log", cut(inp.proj_start), cut(inp.proj_end), save="all",
-                                               plan=plan, masks=first)
-    alpha = saved[0][:, 1:].double() + frames[:, 1:, None]
+    first = None if masks is None else tuple(m[:, :K1 + 1].contiguous() for m in masks)
+    if rows is None:
+        plan = None if masks is None else masked_plan(B, K1, K1, inp.C, device=cum.device, duration_transitions=True)
+        _, (saved, frames) = launch.launch_forward(cum, inp.transition.detach(), inp.duration_bias.detach(), lengths,
+                                                   K1, "log", cut(inp.proj_start), cut(inp.proj_end), save="all",
+                                                   plan=plan, masks=first)
+        rows = (saved[0], frames)
+    alpha = rows[0][:, 1:K1 + 1].double() + rows[1][:, 1:K1 + 1, None]
     c64 = cum.double()
     a0 = (c64[:, 1:] - c64[:, :1] + _forbid64(inp.duration_bias)[None, :K1]
           + torch.logsumexp(_forbid64(inp.transition), 1)[None, :K1])

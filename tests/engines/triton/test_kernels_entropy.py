@@ -258,3 +258,32 @@ def test_engine_entropy_of_a_masked_duration_transition_equals_the_enumeration(e
                         for _, s in _restricted(ref, lm, bm)])
     assert (want > 0).any()
     torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_first_segments_from_the_calls_own_forward_equal_a_forward_of_their_own(monkeypatch, masked):
+    """The (K, C, C) entropy's first-segment probabilities from the rows the call's chunked forward
+    kept equal those from a separate forward over the first K positions (the path of a
+    sequential plan), ragged lengths (one sequence shorter than K), masks or not."""
+    from torch_semimarkov.engines.triton import launch
+
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 3)
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+    _, run = _inputs(8, B=3, T=9, K=4, C=3, proj=True, forbid=True, kcc=True)
+    run = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
+    lm, bm = _masks(9, 3, 9, 3) if masked else (None, None)
+    inp, lmv, bmv, _ = constrained._validated(**run, label_mask=None if lm is None else lm.to(DEVICE),
+                                              boundary_mask=None if bm is None else bm.to(DEVICE),
+                                              any_transition=True)
+    if masked:
+        plan, masks, ps = select.engine_masks(inp, lmv, bmv, engine="must", any_transition=True)
+    else:
+        plan, masks, ps = launch.plan_for(inp.cum_scores, inp.transition, inp.K, backward=True), None, inp.proj_start
+    assert plan.time_parallel and plan.n_chunks > 1
+    args = (inp.cum_scores, inp.transition, inp.duration_bias, inp.lengths, inp.K)
+    _, state = launch.launch_forward(*args, "log", ps, inp.proj_end, plan=plan, masks=masks, beta=True)
+    p_end = launch.launch_backward(*args, ps, inp.proj_end, plan=plan, state=state, masks=masks)[1]
+    own = entropy_mod._first_segments(inp, p_end, masks, (state.first[0], state.second))
+    apart = entropy_mod._first_segments(inp, p_end, masks)
+    assert own.shape == (3, 4, 3) and (own > 0).any()
+    torch.testing.assert_close(cpu(own), cpu(apart), atol=1e-6, rtol=1e-5)
