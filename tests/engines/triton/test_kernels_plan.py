@@ -211,3 +211,14 @@ def test_viterbi_over_chunks_takes_longer_blocks(monkeypatch):
     assert make_plan(4, 100_000, 960, 47, semiring="log").bt == 16
     monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
     assert make_plan(4, 100_000, 960, 47, semiring="max").bt == 4
+
+
+def test_duration_transition_programs_take_8_warps_from_32_padded_labels():
+    """GPU_NOTES 102: 8 warps were faster for C = 24 and 47, slower for C = 8; the masked plan's
+    one-chunk fall-back follows the same rule."""
+    from torch_semimarkov.engines.triton.plan import masked_plan
+
+    for C, warps in ((8, 4), (16, 4), (17, 8), (24, 8), (47, 8)):
+        assert make_plan(1, 1_000_000, 64, C, duration_transitions=True).num_warps == warps
+        assert masked_plan(2, 40, 8, C, duration_transitions=True).num_warps == warps  # one chunk
+    assert make_plan(1, 1_000_000, 64, 47, duration_transitions=True, num_warps=2).num_warps == 2

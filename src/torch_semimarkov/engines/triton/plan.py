@@ -29,8 +29,17 @@ REG_RING_ELEMENTS = {1: 1024, 2: 2048, 4: 4096, 8: 8192, 16: 16384}
 #: of at least 4·K the saved end states (2·K·C values a chunk) stay below the stored rows (T·C).
 DUR_PARALLEL_MAX_K = 1024
 
-#: Warps of the time-parallel (K, C, C) engine's programs (a (C_PAD, C_PAD) tile a step).
+#: Warps of the time-parallel (K, C, C) engine's programs (a (C_PAD, C_PAD) tile a step): 8 from
+#: ``DUR_WIDE_C_PAD`` padded labels up, else 4 (GPU_NOTES 102, H100 A/B of 4 against 8 warps,
+#: forward+backward / Viterbi: C = 47 -29% / -13%, C = 24 -5% / -5%, C = 8 +8% / +10%).
 DUR_PARALLEL_WARPS = 8
+DUR_NARROW_WARPS = 4
+DUR_WIDE_C_PAD = 32
+
+
+def dur_parallel_warps(c_pad: int) -> int:
+    """Warps of a time-parallel (K, C, C) program for ``c_pad`` padded labels."""
+    return DUR_PARALLEL_WARPS if c_pad >= DUR_WIDE_C_PAD else DUR_NARROW_WARPS
 
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
@@ -493,7 +502,7 @@ def make_plan(
     # recurrence, its K-row state in memory, for a (K, C, C) one
     par_warps = num_warps
     if duration_transitions:
-        par_warps = par_warps or DUR_PARALLEL_WARPS
+        par_warps = par_warps or dur_parallel_warps(c_pad)
         supported = k_pad <= DUR_PARALLEL_MAX_K
         limit = f"K_PAD <= {DUR_PARALLEL_MAX_K} for a (K, C, C) transition"
     else:
@@ -595,7 +604,7 @@ def masked_plan(B: int, T: int, K: int, C: int, *, semiring: str = "log", device
         return None
     if duration_transitions:
         return p if p.time_parallel else dataclasses.replace(p, kind="dur", time_parallel=True, chunk=max(T, 1),
-                                                              n_chunks=1, num_warps=DUR_PARALLEL_WARPS)
+                                                              n_chunks=1, num_warps=dur_parallel_warps(p.c_pad))
     if p.kind == "mem" and p.time_parallel:  # the blocked engine: a ring too large for registers
         return p if blocked else None
     if p.time_parallel:
