@@ -138,6 +138,9 @@ def main(path: str) -> int:
                 compiled = triton.compile(src, target=target, options=options)
                 if report:
                     usage = ptxas_usage(compiled.asm["ptx"], int(arch))
+                    # static counts of the PTX's warp shuffles and barriers (reductions across lanes / warps)
+                    usage.update(shfl=len(re.findall(r"shfl\.sync", compiled.asm["ptx"])),
+                                 bar=len(re.findall(r"bar\.sync|barrier\.sync", compiled.asm["ptx"])))
                     print(json.dumps({"kernel": rec["name"], "constexprs": rec["constexprs"],
                                       "num_warps": options["num_warps"], **usage}), flush=True)
         except Exception as exc:  # report every kernel, not only the first
