@@ -688,7 +688,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         with no allowed segmentation: H = 0 and every q 0.
     """
     from torch_semimarkov.engines.torch.reference import feasible
-    from torch_semimarkov.engines.triton.launch import _prepare, finish_marginals
+    from torch_semimarkov.engines.triton.launch import _prepare, final_scores, finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel
     from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, fixup_tol, marginal_chunks
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
@@ -762,8 +762,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     else:
         alpha_hat, w_hat, frames, h, hu, oh = prefix()
         x_hat, g, hy, oy = suffix()
-    rows = torch.arange(B, device=dev)
-    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
+    ok = feasible(final_scores(alpha_hat, frames, lengths))
 
     # anchors: log Z, then H, every A positions
     A = W
@@ -810,7 +809,7 @@ def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_
     it, so H is the entropy of the segmentations themselves.
     """
     from torch_semimarkov.engines.torch.reference import feasible
-    from torch_semimarkov.engines.triton.launch import dur_marginals, finish_marginals
+    from torch_semimarkov.engines.triton.launch import dur_marginals, final_scores, finish_marginals
     from torch_semimarkov.engines.triton.parallel import beta_chunked, dur_entropy_chunked, forward_chunked
 
     inputs = (cum_scores, transition, duration_bias, lengths)
@@ -819,8 +818,7 @@ def _launch_entropy_dur(cum_scores, transition, duration_bias, lengths, K, proj_
     x_hat, g, _ = beta_chunked(*inputs, proj_start, proj_end, plan, masks=masks)
     h, fh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, alpha_hat, frames, False, masks)
     hy, gh = dur_entropy_chunked(*inputs, proj_start, proj_end, plan, x_hat, g, True, masks)
-    rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
-    ok = feasible(frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1))
+    ok = feasible(final_scores(alpha_hat, frames, lengths))
     q_start, q_end, q_tr, H = dur_marginals(*inputs, proj_start, proj_end, plan, alpha_hat, frames, x_hat, g, ok, masks,
                                             entropy=(h, fh, hy, gh))
     return (H[:, 0],) + finish_marginals(q_start, q_end, q_tr, q_tr.sum(2), ok, K, cum_scores.dtype)

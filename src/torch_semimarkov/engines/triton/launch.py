@@ -59,6 +59,16 @@ def _prepare(cum_scores, transition, duration_bias, lengths, proj_start, proj_en
     return c(cum_scores), c(transition), c(duration_bias), lengths, c(proj_start), c(proj_end)
 
 
+def final_scores(alpha_hat, frames, lengths, semiring: str = "log"):
+    """(B,) float64 log Z (``"log"``) or best score (``"max"``) from the rows an engine kept for
+    every position: ``frames[b, L_b]`` plus the log-sum-exp (max) of ``alpha_hat[b, L_b]``
+    ((B, T+1, C) float32 rows, (B, T+1) float64 global frames), in float64 (a float32 partition's
+    rounding, 0.06 at log Z ~ 1e6, would bias every marginal)."""
+    rows = torch.arange(alpha_hat.shape[0], device=alpha_hat.device)
+    last = alpha_hat[rows, lengths].double()
+    return frames[rows, lengths] + (last.max(-1).values if semiring == "max" else torch.logsumexp(last, -1))
+
+
 def _sequential_forward(cum_scores, transition, duration_bias, lengths, semiring, proj_start, proj_end,
                         plan: KernelPlan, save: Optional[str]):
     """One program per sequence. ``save``: None, ``"checkpoints"`` (every ``plan.interval``
@@ -185,10 +195,7 @@ def launch_forward(cum_scores, transition, duration_bias, lengths, K, semiring="
         else:
             saved, frames, _, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, semiring,
                                                   proj_start, proj_end, plan, masks=masks)
-        rows = torch.arange(cum_scores.shape[0], device=cum_scores.device)
-        last = saved[0][rows, lengths].double()
-        reduce = last.max(-1).values if semiring == "max" else torch.logsumexp(last, -1)
-        out = frames[rows, lengths] + reduce
+        out = final_scores(saved[0], frames, lengths, semiring)
         state = ForwardState(saved, frames) if (save_for_backward and semiring == "log") else None
         if early:
             state = ForwardState(saved, torch.stack([frames, g]))
@@ -292,10 +299,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                                                 plan, state.first, state.second)
     alpha_hat = saved[0]
     w_hat = saved[1] if saved.shape[0] > 1 else None
-    # log Z in float64 from the saved state: a float32 partition's rounding (0.06 at log Z ~ 1e6)
-    # would bias every marginal
-    rows = torch.arange(B, device=dev)
-    lz = frames[rows, lengths] + torch.logsumexp(alpha_hat[rows, lengths].double(), -1)
+    # log Z in float64 from the saved state
+    lz = final_scores(alpha_hat, frames, lengths)
     # an infeasible sequence (no allowed segmentation) has no marginals: its anchors are 0, so that
     # every value is exp(IMPOSSIBLE) = 0, and it is zeroed explicitly at the end
     ok = feasible(lz)
@@ -469,11 +474,10 @@ def launch_viterbi(cum_scores, transition, duration_bias, lengths, K, proj_start
     B, T1, C = cum_scores.shape
     T = T1 - 1
     dev = cum_scores.device
-    rows = torch.arange(B, device=dev)
     if plan.time_parallel:
         saved, frames, bp, _ = forward_chunked(cum_scores, transition, duration_bias, lengths, "max", proj_start,
                                                proj_end, plan, masks=masks)
-        out = frames[rows, lengths] + saved[0][rows, lengths].double().max(-1).values
+        out = final_scores(saved[0], frames, lengths, "max")
         # an infeasible sequence has no segmentation to trace: length 0 writes labels -1, no starts
         traced = torch.where(feasible(out), lengths, torch.zeros_like(lengths))
         labels, starts, _ = traceback_chunked(bp, saved[0], traced, plan)

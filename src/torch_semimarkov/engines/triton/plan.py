@@ -41,6 +41,7 @@ def dur_parallel_warps(c_pad: int) -> int:
     """Warps of a time-parallel (K, C, C) program for ``c_pad`` padded labels."""
     return DUR_PARALLEL_WARPS if c_pad >= DUR_WIDE_C_PAD else DUR_NARROW_WARPS
 
+
 #: Tests set this to exercise the memory-ring kernels at small sizes.
 FORCE_MEMORY_RING = False
 
