@@ -2,8 +2,9 @@
 (forward and beta) on an H100 / H200 (sm_90), measured on a machine without a GPU: the interpreter
 records the launches of one small (K, C, C) forward+backward at the genomics width (C = 47; K = 6,
 T = 14 in chunks of 5, so the interpreter is quick), then each ``_dur_chunks_kernel`` variant is
-compiled for sm_90 with Triton and the bundled ``ptxas -v``, and its PTX's warp shuffles, barriers,
-global loads and exponentials are counted (static counts: the loop body is what matters).
+compiled for sm_90 by ``compile_kernels.py``'s report (Triton, the bundled ``ptxas -v`` and its
+PTX instruction counts: shuffles, barriers, loads, exponentials; static counts). ``SAVE_PTX=DIR``
+keeps each variant's PTX.
 
     python benchmarks/probes/kcc_registers.py            # $OUT/kcc_registers.json (OUT default /tmp)
     C=24 WARPS=4,8 python benchmarks/probes/kcc_registers.py
@@ -14,13 +15,11 @@ two compile alike.
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
-if sys.argv[1:2] != ["--compile"]:  # the recording half runs in the interpreter
-    os.environ["TRITON_INTERPRET"] = "1"
+os.environ["TRITON_INTERPRET"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
@@ -36,33 +35,6 @@ B, T, K = 1, 14, 6
 C = int(os.environ.get("C", "47"))
 WARPS = [int(w) for w in os.environ.get("WARPS", "4").split(",")]
 KERNELS = os.environ.get("KERNELS", "_dur_chunks_kernel").split(",")
-COUNT = {"shfl": r"shfl\.sync", "bar": r"bar\.sync|barrier\.sync", "ld_global": r"ld\.global",
-         "ld_shared": r"ld\.shared", "st_shared": r"st\.shared", "ex2": r"ex2\.approx", "cvt": r"\bcvt\."}
-
-
-def compile_records(path):
-    """Compile each recorded variant for sm_90 (in a process without the interpreter); one JSON line each."""
-    import importlib
-
-    import triton
-    from compile_kernels import ptxas_usage
-    from triton.backends.compiler import GPUTarget
-
-    target = GPUTarget("cuda", 90, 32)
-    for rec in json.load(open(path)):
-        fn = getattr(importlib.import_module(rec["module"]), rec["name"])
-        sig = {k: ("constexpr" if k in rec["constexprs"] else t) for k, t in rec["signature"].items()}
-        for warps in WARPS:
-            src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=rec["constexprs"])
-            ptx = triton.compile(src, target=target, options={"num_warps": warps}).asm["ptx"]
-            c = rec["constexprs"]
-            row = {"kernel": rec["name"], "variant": {k: c[k] for k in sorted(c) if c[k] not in (None, False)},
-                   "num_warps": warps, **ptxas_usage(ptx, 90),
-                   **{k: len(re.findall(p, ptx)) for k, p in COUNT.items()}}
-            print(json.dumps(row), flush=True)
-            if os.environ.get("SAVE_PTX"):
-                tag = "_".join(f"{k}{v}" for k, v in row["variant"].items() if k in ("REVERSE", "IS_MAX", "PHASE"))
-                open(os.path.join(os.environ["SAVE_PTX"], f"{rec['name']}_{tag}_w{warps}.ptx"), "w").write(ptx)
 
 
 def main():
@@ -84,18 +56,26 @@ def main():
     plan_mod.CHUNK_OVERRIDE = None
     for obj, name, value in patches:
         setattr(obj, name, value)
-    records = [r for r in records if r["name"] in KERNELS]
+    # each variant at each of WARPS warps
+    records = [dict(r, num_warps=w) for r in records if r["name"] in KERNELS for w in WARPS]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "launches.json")
         json.dump(records, open(path, "w"))
         env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
-        env.update(TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
+        env.update(TRITON_CACHE_DIR=os.path.join(tmp, "cache"), TSM_COMPILE_REPORT="1",
                    PYTHONPATH=os.environ.get("SRC", os.path.join(ROOT, "src")) + os.pathsep + env.get("PYTHONPATH", ""))
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--compile", path], env=env,
-                             capture_output=True, text=True, timeout=1200)
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    for r in rows:
-        print(json.dumps(r), flush=True)
+        if os.environ.get("SAVE_PTX"):
+            env["TSM_COMPILE_PTX"] = os.environ["SAVE_PTX"]
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "engines", "triton", "compile_kernels.py"),
+                              path], env=env, capture_output=True, text=True, timeout=1200)
+    rows = []
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            c = r.pop("constexprs")
+            r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
+            rows.append(r)
+            print(json.dumps(r), flush=True)
     if out.returncode:
         print(out.stdout[-3000:], out.stderr[-3000:])
     dest = os.path.join(os.environ.get("OUT", "/tmp"), "kcc_registers.json")
@@ -104,7 +84,4 @@ def main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--compile"]:
-        compile_records(sys.argv[2])
-    else:
-        main()
+    main()

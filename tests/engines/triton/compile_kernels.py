@@ -65,6 +65,12 @@ def record_launches(setattr_) -> list:
     return records
 
 
+#: PTX instructions :func:`main`'s report counts (static counts, by regular expression).
+PTX_COUNTS = {"shfl": r"shfl\.sync", "bar": r"bar\.sync|barrier\.sync", "ld_global": r"ld\.global",
+              "ld_shared": r"ld\.shared", "st_shared": r"st\.shared", "cp_async": r"cp\.async\.",
+              "ex2": r"ex2\.approx", "cvt": r"\bcvt\."}
+
+
 def ptxas_usage(ptx: str, arch: int) -> dict:
     """Registers a thread and spilled bytes of a kernel's PTX, from the bundled ``ptxas -v``."""
     import tempfile
@@ -121,6 +127,7 @@ def main(path: str) -> int:
     target = GPUTarget(backend, int(arch), 32)
     # TSM_COMPILE_FULL=1: every stage down to the cubin (LLVM and ptxas too; ~25x the time)
     # TSM_COMPILE_REPORT=1 (implies the full compile): registers and spills of each variant (ptxas -v)
+    # and its PTX instruction counts (PTX_COUNTS); TSM_COMPILE_PTX=DIR also writes each variant's PTX
     report = os.environ.get("TSM_COMPILE_REPORT", "") not in ("", "0")
     full = report or os.environ.get("TSM_COMPILE_FULL", "") not in ("", "0")
     front = None if full else _front_end(target)
@@ -137,10 +144,13 @@ def main(path: str) -> int:
             else:
                 compiled = triton.compile(src, target=target, options=options)
                 if report:
-                    usage = ptxas_usage(compiled.asm["ptx"], int(arch))
-                    # static counts of the PTX's warp shuffles and barriers (reductions across lanes / warps)
-                    usage.update(shfl=len(re.findall(r"shfl\.sync", compiled.asm["ptx"])),
-                                 bar=len(re.findall(r"bar\.sync|barrier\.sync", compiled.asm["ptx"])))
+                    ptx = compiled.asm["ptx"]
+                    usage = ptxas_usage(ptx, int(arch))
+                    # static counts of PTX instructions (shuffles and barriers: reductions across lanes / warps)
+                    usage.update({k: len(re.findall(pat, ptx)) for k, pat in PTX_COUNTS.items()})
+                    if os.environ.get("TSM_COMPILE_PTX"):  # a folder: each variant's PTX, numbered
+                        name = f"{len(os.listdir(os.environ['TSM_COMPILE_PTX'])):03d}_{rec['name']}_w{options['num_warps']}.ptx"
+                        open(os.path.join(os.environ["TSM_COMPILE_PTX"], name), "w").write(ptx)
                     print(json.dumps({"kernel": rec["name"], "constexprs": rec["constexprs"],
                                       "num_warps": options["num_warps"], **usage}), flush=True)
         except Exception as exc:  # report every kernel, not only the first
