@@ -75,7 +75,8 @@ def forbid(t: torch.Tensor) -> torch.Tensor:
     # equal): torch.compile(dynamic=True) makes a module-level float a symbolic input, and a
     # symbolic fill value of full_like makes dynamo restart its analysis with the float
     # specialised, so every dynamic compile of a model with the head traced it twice
-    return torch.where(t <= NEG_INF, torch.full_like(t, -1e30), t)
+    # (a Python scalar as the fill: one kernel fewer than a full_like tensor, GPU_NOTES 104)
+    return torch.where(t <= NEG_INF, -1e30, t)
 
 
 def check_lengths(lengths, B: int) -> torch.Tensor:

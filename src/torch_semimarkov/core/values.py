@@ -39,9 +39,15 @@ def value_stats(floats, lengths: torch.Tensor) -> torch.Tensor:
     """The minimum and maximum of each float input that is not empty, then of ``lengths``, as one
     float64 tensor on their device, without reading it (``aminmax`` propagates NaN, so these
     scalars tell everything :func:`check_value_stats` needs)."""
-    scalars = [m.to(torch.float64) for _, t, _ in floats if t.numel() for m in torch.aminmax(t.detach())]
-    scalars += list(torch.aminmax(lengths.detach().to(torch.float64)))
-    return torch.stack(scalars)
+    present = [t.detach() for _, t, _ in floats if t.numel()]
+    parts = []
+    if present and len({t.dtype for t in present}) == 1:
+        # one stack and one conversion for all of them (each small operation is a launch on CUDA)
+        parts.append(torch.stack([m for t in present for m in torch.aminmax(t)]).to(torch.float64))
+    elif present:
+        parts.append(torch.stack([m.to(torch.float64) for t in present for m in torch.aminmax(t)]))
+    parts.append(torch.stack(torch.aminmax(lengths.detach())).to(torch.float64))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
 def _check_values(floats, lengths: torch.Tensor, T: int, boundary_mask: Optional[torch.Tensor] = None) -> None:
