@@ -702,6 +702,56 @@ def test_position_kernel_takes_its_own_chunks_beside_the_tiles(monkeypatch):
     assert plan_mod.position_chunks(32, 3000, 47)[1] > plan_mod.marginal_chunks(32, 3000, 47, 960 * 47 + 47 * 47)[1]
 
 
+def test_marginal_tiles_take_their_own_chunks(monkeypatch):
+    """The marginal tiles (``_blk_seg_kernel``) take their own chunks (``plan.seg_chunks``): where
+    the chunks are whole tiles (the tiles' frames, relative to their first start, do not move) P_start
+    (each start summed by one program) and everything else bitwise, the duration marginals (summed
+    over the chunks' workspace) to float32 rounding."""
+    _small_blocked(monkeypatch)
+    v = validated(inputs((2, 20, 5, 3, "ragged", "both", False), seed=9))
+    p = _plan(v, "log")
+    assert p.marg == "tiled"
+    outs, rows = {}, []
+    for ch in (20, 4):  # one chunk a sequence, then 5 of one tile each
+
+        def chunks(B, T, K, C, groups, tile_rows, device, ch=ch):
+            rows.append(tile_rows)
+            return ch, -(-T // ch)
+        monkeypatch.setattr(launch, "seg_chunks", chunks)
+        outs[ch] = _forward_backward(v, p)
+    assert rows == [4, 4]  # the tile's starts (MARG_OVERRIDE's BS)
+    assert torch.equal(cpu(outs[20][0]), cpu(outs[4][0]))
+    for name, a, b in zip(("p_start", "p_end", "grad_transition", "grad_duration_bias"), outs[20][1], outs[4][1]):
+        if name != "grad_duration_bias":
+            assert torch.equal(cpu(a), cpu(b)), name
+        else:
+            assert_close(cpu(a), cpu(b), atol=1e-6, rtol=1e-6, msg=name)
+
+
+def test_seg_chunks_fill_the_last_wave():
+    """``plan.seg_chunks``: the shared chunking unless more chunks of whole tiles finish sooner in
+    waves of ``SEG_PROGRAMS_PER_SM`` programs a multiprocessor, within the workspace bound."""
+    sms = plan_mod.DEFAULT_SMS
+    slots = sms * plan_mod.SEG_PROGRAMS_PER_SM
+    for B, T, K, C in [(32, 3000, 960, 47), (8, 3000, 960, 47), (1, 100_000, 4000, 47), (16, 20_000, 960, 47),
+                       (4, 100_000, 960, 47), (2, 24, 8, 5), (1, 10, 3, 3)]:
+        ch0, n0 = plan_mod.marginal_chunks(B, T, C, K * C + C * C)
+        ch, n = plan_mod.seg_chunks(B, T, K, C, 3, 32)
+        assert n == -(-T // ch) and n >= n0
+
+        def span(ch):
+            return -(-B * -(-T // ch) * 3 // slots) * ch
+
+        assert span(ch) <= span(ch0)  # never slower by the waves' measure
+        if n > n0:
+            assert span(ch) < span(ch0) and ch % 32 == 0
+            assert B * n * K * C <= max(2 * (T + 1) * C * B, plan_mod.SEG_WORKSPACE)
+    # (8, 3000): 5 chunks of 600 are 120 programs for 264 slots; 11 of 288 fill one wave
+    assert plan_mod.seg_chunks(8, 3000, 960, 47, 3, 32) == (288, 11)
+    # (4, 10^5): already about 9 waves: unchanged
+    assert plan_mod.seg_chunks(4, 100_000, 960, 47, 3, 32) == plan_mod.marginal_chunks(4, 100_000, 47, 960 * 47 + 47 * 47)
+
+
 def test_marginal_tiles_split_over_label_groups_bitwise(monkeypatch):
     """``plan.seg_label_groups``: each chunk of the marginal tiles spreads its label tiles over
     programs (one a tile by default; more groups than tiles leaves some programs idle); every
@@ -765,6 +815,14 @@ def test_blocked_beta_beside_the_forward_gives_the_same_backward(monkeypatch):
         outs[early] = (z,) + tuple(launch.launch_backward(*args[:5], v.proj_start, v.proj_end, plan=plan, state=state))
     _, plain = launch.launch_forward(*args, plan=plan)  # not asked (the early plan): no beta in the state
     assert plain.second.dim() == 2
+    # either recurrence may launch each phase first (parallel.BESIDE_FIRST): the same bits
+    from torch_semimarkov.engines.triton import parallel as par
+    first = par.BESIDE_FIRST
+    monkeypatch.setattr(par, "BESIDE_FIRST", "beta" if first == "forward" else "forward")
+    z, state = launch.launch_forward(*args, plan=plan, beta=True)
+    swapped = (z,) + tuple(launch.launch_backward(*args[:5], v.proj_start, v.proj_end, plan=plan, state=state))
+    monkeypatch.setattr(par, "BESIDE_FIRST", first)
+    assert all(torch.equal(a, b) for a, b in zip(swapped, outs[True]))
     # side by side, the linear sums' period (a device synchronisation) and duration tables are made
     # once for both recurrences, and each launch keeps a counter of its own
     from torch_semimarkov.engines.triton import parallel

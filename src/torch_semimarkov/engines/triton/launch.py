@@ -21,7 +21,7 @@ from torch_semimarkov.engines.triton.parallel import (beta_chunked, blocked_forw
                                                       traceback_chunked)
 from torch_semimarkov.engines.triton.plan import (AUX_WARPS, WALK_WARPS, KernelPlan, anchor_spacing, anchor_splits,
                                                   checkpoint_sizes, duration_marginal_chunks, make_plan, marginal_chunks,
-                                                  position_chunks, seg_label_groups, walk_blocks)
+                                                  position_chunks, seg_chunks, seg_label_groups, walk_blocks)
 from torch_semimarkov.engines.triton.recompute import init_reg_checkpoint, recompute_forward_state
 
 
@@ -370,8 +370,12 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
                 s_p_b=T * C, C_PAD=plan.c_pad, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if tiled:
+        groups = seg_label_groups(C, tiles["CB"])
+        # the tiles' own chunks: more of them where that fills the GPU's last wave (plan.seg_chunks)
+        marg["CH"], marg["NCH"] = seg_chunks(B, T, K_eff, C, groups, tiles["BS"], dev)
+        nch = marg["NCH"]
         wdb = torch.zeros((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-        _blk_segments(marg, tiles, w_hat, wdb, B, nch, seg_label_groups(C, tiles["CB"]))
+        _blk_segments(marg, tiles, w_hat, wdb, B, nch, groups)
         # the per-position kernel then keeps only a (C, C) workspace a chunk: finer chunks
         marg["CH"], marg["NCH"] = position_chunks(B, T, C)
     else:

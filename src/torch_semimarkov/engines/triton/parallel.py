@@ -597,6 +597,11 @@ def _blocked_steps(cum_scores, transition, duration_bias, lengths, semiring, pro
 
 _SIDE_STREAMS: dict = {}
 
+#: Which of :func:`blocked_forward_beta`'s two recurrences launches each phase first (the other
+#: follows after its own host preparation, ~0.3 ms later): ``"forward"`` (its spec runs ~0.2 ms
+#: longer than beta's, so it ends last if launched last; GPU_NOTES 104) or ``"beta"``.
+BESIDE_FIRST = "forward"
+
 
 def _side_stream(dev):
     """One second CUDA stream per device for :func:`blocked_forward_beta` (made once: each call's
@@ -610,10 +615,11 @@ def _side_stream(dev):
 
 def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_start, proj_end, plan: KernelPlan):
     """The blocked engine's forward and beta recurrences side by side (``plan.beta_early``): beta's
-    launches on a second CUDA stream, each followed at once by the forward's same phase on the
-    current one, so that the forward does not wait for the host to prepare it after beta's
-    launches (GPU_NOTES 96); the duration tables and the linear sums' period (a device
-    synchronisation) are made once, before either, and the rows of both go into one
+    launches on a second CUDA stream, the forward's on the current one, phase for phase (the one
+    of :data:`BESIDE_FIRST` first, the other at once after it), so that neither waits for the host
+    to prepare it after the other's launches (GPU_NOTES 96, 104); the duration tables and the
+    linear sums' period (a device synchronisation) are made once, before either, and the rows of
+    both go into one
     (3, B, T+1, C) tensor (alpha_hat, U_hat, Y_hat), so that no copy joins them. On the CPU (the
     interpreter) the launches run in the same interleaved order on one stream; the outputs do not
     depend on it.
@@ -642,8 +648,11 @@ def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_st
         for t in (saved, *shared.get("tables", ())):
             t.record_stream(side)
     out = {}
+    order = (("beta", bwd, side), ("forward", fwd, None))
+    if BESIDE_FIRST == "forward":
+        order = order[::-1]
     while len(out) < 2:
-        for name, gen, stream in (("beta", bwd, side), ("forward", fwd, None)):
+        for name, gen, stream in order:
             if name in out:
                 continue
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():

@@ -690,6 +690,43 @@ def position_chunks(B: int, T: int, C: int):
     return marginal_chunks(B, T, C, C * C)
 
 
+#: Programs of the marginal tiles (``marginals._blk_seg_kernel``, 4 warps) an H100 / H200
+#: multiprocessor runs at once: 255 registers a thread (the sm_90 compile report of
+#: ``probes/blocked_registers.py KERNELS=_blk_seg_kernel``) is 32,640 of its 65,536 registers.
+SEG_PROGRAMS_PER_SM = 2
+
+#: Floats of (K, C) duration workspace the marginal tiles may take in all beyond the (B, T, C) bound
+#: of :func:`marginal_chunks`, where more chunks fill the GPU's last wave (64 MiB).
+SEG_WORKSPACE = 1 << 24
+
+
+def seg_chunks(B: int, T: int, K_eff: int, C: int, groups: int, rows: int, device=None):
+    """``(chunk length, chunk count)`` of the marginal tiles (``marginals._blk_seg_kernel``, its
+    label tiles over ``groups`` programs a chunk, ``rows`` starts a tile): the backward's
+    :func:`marginal_chunks` chunking, or more chunks where those finish sooner. A program's work
+    grows with its chunk (each start sums its K durations), chunks of whole tiles cost what their
+    padding costs, and the programs run in waves of ``SEG_PROGRAMS_PER_SM`` a multiprocessor, so
+    the time goes as ``waves x chunk``: 6 chunks of 500 at (32, 3000, 960, 47) are 576 programs in
+    2.18 waves (3 in time), 8 of 384 are 768 in 2.91. Chunks of at least one tile, their (K, C)
+    workspace within :data:`SEG_WORKSPACE` floats in all (or the B·T·C bound, if larger); the fewest
+    chunks among equal times."""
+    ch0, n0 = marginal_chunks(B, T, C, K_eff * C + C * C)  # the backward's shared chunking
+    slots = max(1, _sms(device) * SEG_PROGRAMS_PER_SM)
+    cap = max(2 * (T + 1) * C, SEG_WORKSPACE // max(B, 1)) // max(K_eff * C, 1)
+
+    def cost(ch):
+        n = -(-T // ch)
+        return -(-B * n * groups // slots) * ch, n
+
+    best, best_ch = cost(ch0), ch0
+    for n in range(n0 + 1, min(cap, -(-T // rows)) + 1):
+        ch = -(-(-(-T // n)) // rows) * rows  # T / n, rounded up to whole tiles
+        c = cost(ch)
+        if c < best:
+            best, best_ch = c, ch
+    return best_ch, -(-T // best_ch)
+
+
 #: Label groups of the marginal tiles' programs (:func:`seg_label_groups`); None: one a label tile.
 SEG_GROUPS_OVERRIDE: Optional[int] = None
 
