@@ -7,6 +7,7 @@ kernels are compiled for sm_90 with Triton and the bundled ``ptxas -v`` (no devi
     TILES=32x64x16,16x32x32 LINEAR=None,False,3 python benchmarks/probes/blocked_registers.py
     HELPERS=0,2 python benchmarks/probes/blocked_registers.py   # also with 2 helper programs a run
     HELPERS=6 SPLIT=3,2,64 python benchmarks/probes/blocked_registers.py   # 6 as 3 label groups x 2 row parts
+    KERNELS=_blk_seg_kernel TILES=16x32x16 LINEAR=None python benchmarks/probes/blocked_registers.py   # marginal tiles
 
 Each tile is forced for the recurrences (``plan.BLOCK_OVERRIDE``) in the log semiring's block sums
 (linear with one shift, log space, residue classes: ``LINEAR``) and the max semiring's; spilled
@@ -37,6 +38,8 @@ LINEAR = [{"None": None, "False": False, "3": 3}[x] for x in os.environ.get("LIN
 HELPERS = [int(x) for x in os.environ.get("HELPERS", "0").split(",")]
 # their split into label groups and row parts, e.g. SPLIT=3,2,64 (``plan.HELPER_SPLIT_OVERRIDE``)
 SPLIT = tuple(int(x) for x in os.environ["SPLIT"].split(",")) if os.environ.get("SPLIT") else None
+#: which kernels to compile (``_blk_seg_kernel``: also one forward+backward for the marginal tiles)
+KERNELS = os.environ.get("KERNELS", "_blk_chunks_kernel").split(",")
 B, T, K, C = 1, 12, 960, 47
 
 
@@ -61,9 +64,15 @@ def main():
                                   plan=p, save_for_backward=False)
     plan_mod.BLOCKED_LINEAR = None
     plan_mod.HELPERS_OVERRIDE = plan_mod.HELP_INLINE = None
+    if "_blk_seg_kernel" in KERNELS:  # the marginal tiles: one forward+backward at the default plan
+        p = launch.plan_for(v.cum_scores, v.transition, v.K, "log", backward=True)
+        log_z, state = launch.launch_forward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, "log", None,
+                                             None, plan=p, save_for_backward=True, beta=True)
+        launch.launch_backward(v.cum_scores, v.transition, v.duration_bias, v.lengths, v.K, None, None, plan=p,
+                               state=state)
     for obj, name, value in patches:
         setattr(obj, name, value)
-    records = [r for r in records if r["name"] == "_blk_chunks_kernel"]
+    records = [r for r in records if r["name"] in KERNELS]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "launches.json")
         json.dump(records, open(path, "w"))
@@ -80,6 +89,7 @@ def main():
             rows.append({"tile": [c.get("BT"), c.get("RB"), c.get("CB")], "linear": c.get("LINEAR"),
                          "is_max": c.get("IS_MAX"), "phase": c.get("PHASE"), "reverse": c.get("REVERSE"),
                          "helpers": c.get("HELPERS"),
+                         "kernel": r["kernel"], "anchor": c.get("ANCHOR"), "shared_bytes": r.get("shared_bytes"),
                          "num_warps": r["num_warps"], "registers": r["registers"],
                          "spill_store_bytes": r["spill_store_bytes"], "spill_load_bytes": r["spill_load_bytes"]})
             print(rows[-1], flush=True)

@@ -9,6 +9,9 @@ medians over iterations of: the call's time, the time before the first launch, a
 idle gaps between launches.
 
     python benchmarks/probes/host_gaps.py OUT.json "32,3000,960,47;16,20000,960,47" [iters]
+
+``HOST_MARKS_API=1`` also marks the public call's steps before the operator (the input checks of
+``streaming_inputs``, ``route``, the value statistics and their test).
 """
 import json
 import os
@@ -93,6 +96,14 @@ def _mark_host():
                 _marked(mod, name)
     if hasattr(launch, "blocked_forward_beta"):
         _marked(launch, "blocked_forward_beta")
+    if os.environ.get("HOST_MARKS_API") == "1":
+        # the public call's own steps before the operator (HOST_MARKS_API=1)
+        from torch_semimarkov.api import partition
+        from torch_semimarkov.core import values
+        for mod, names in ((partition, ("streaming_inputs", "route")), (values, ("value_stats", "check_value_stats"))):
+            for name in names:
+                if hasattr(mod, name):
+                    _marked(mod, name)
 
 
 _mark_host()

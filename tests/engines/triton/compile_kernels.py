@@ -148,6 +148,8 @@ def main(path: str) -> int:
                     usage = ptxas_usage(ptx, int(arch))
                     # static counts of PTX instructions (shuffles and barriers: reductions across lanes / warps)
                     usage.update({k: len(re.findall(pat, ptx)) for k, pat in PTX_COUNTS.items()})
+                    # shared memory a program (bytes; with the registers it bounds programs an SM)
+                    usage["shared_bytes"] = getattr(compiled.metadata, "shared", None)
                     if os.environ.get("TSM_COMPILE_PTX"):  # a folder: each variant's PTX, numbered
                         name = f"{len(os.listdir(os.environ['TSM_COMPILE_PTX'])):03d}_{rec['name']}_w{options['num_warps']}.ptx"
                         open(os.path.join(os.environ["TSM_COMPILE_PTX"], name), "w").write(ptx)
