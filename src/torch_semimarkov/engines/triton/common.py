@@ -122,12 +122,6 @@ if HAS_TRITON:
         return tl.load(ptr + oc, mask=mc, other=other).to(tl.float32)
 
     @triton.jit
-    def scalar_f64(ptr, live):
-        """A float64 scalar from memory (0 where ``live`` is False)."""
-        o = tl.arange(0, 2)
-        return tl.sum(tl.load(ptr + o * 0, mask=(o == 0) & live, other=0.0), 0)
-
-    @triton.jit
     def row_offset_bounds(new, ref, fd, mc, TOL):
         """How one recomputed row agrees with its stored version up to a constant offset.
 

@@ -52,7 +52,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
-                                                         row_offset_bounds, scalar_f64, window_offset)
+                                                         row_offset_bounds, window_offset)
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
