@@ -33,6 +33,7 @@ def beta_transition(transition):
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import seq_length, load_transition
     from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
 
     @triton.jit
@@ -206,9 +207,7 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
     ):
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -219,9 +218,7 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
-        tr = tl.load(
-            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
-        ).to(tl.float32)
+        tr = load_transition(tr_ptr, oc, mc, C)
         beta = tl.where(mc, 0.0, MASK)
         G = tl.sum(tl.zeros([1], dtype=tl.float64), 0)
         for i in range(0, L):
@@ -302,9 +299,7 @@ if HAS_TRITON:
         program per sequence from s = L-1 down to 0; rows read from memory (S, ps, pe) are loaded
         one step ahead. The marginals are left to the parallel kernel."""
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         oj = tl.arange(0, K_PAD)
@@ -317,9 +312,7 @@ if HAS_TRITON:
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
         # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
-        tr = tl.load(
-            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
-        ).to(tl.float32)
+        tr = load_transition(tr_ptr, oc, mc, C)
         d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
         beta = tl.where(mc, 0.0, MASK)
         shift = possible_shift(tl.max(beta, 0))
@@ -575,9 +568,7 @@ if HAS_TRITON:
         """The direct beta recurrence (:func:`dur_beta_step`), one program per sequence from
         s = L-1 down to 0."""
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2c = mc[:, None] & mc[None, :]

@@ -24,6 +24,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton import beta as _bw
     from torch_semimarkov.engines.triton import forward as _fw
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import load_transition
     from torch_semimarkov.engines.triton.common import log_, sweep_chunk, sweep_start
 
     @triton.jit
@@ -143,8 +144,7 @@ if HAS_TRITON:
         if REVERSE:
             half = tl.num_programs(0).to(tl.int64) * NCH  # (B, NCH) entries per end-state buffer
             # shape: (C_PAD src, C_PAD dst): the reduction over destinations runs along the fast axis
-            M = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :],
-                        other=MASK).to(tl.float32)
+            M = load_transition(tr_ptr, oc, mc, C)
             d0 = tl.load(db_ptr + oc, mask=mc, other=MASK).to(tl.float32)
             k_max = tl.minimum(K, L)
             n_b = (L + W - 1) // W  # chunks of this sequence

@@ -52,6 +52,22 @@ if HAS_TRITON:
         return y
 
     @triton.jit
+    def seq_length(len_ptr, b, IDX64: tl.constexpr):
+        """Sequence ``b``'s length from ``lengths``: int64 where offsets are 64-bit (``IDX64``),
+        else int32."""
+        L = tl.load(len_ptr + b)
+        if not IDX64:
+            L = L.to(tl.int32)
+        return L
+
+    @triton.jit
+    def load_transition(tr_ptr, oc, mc, C):
+        """The (C_PAD source, C_PAD destination) tile of a (C, C) transition in float32, MASK in
+        the padding."""
+        return tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :],
+                       other=MASK_K).to(tl.float32)
+
+    @triton.jit
     def possible_shift(m):
         """A normaliser shift: ``m``, or 0 where every state is impossible (m below -1e29), so
         that frames only move by real values and an infeasible prefix costs no precision."""

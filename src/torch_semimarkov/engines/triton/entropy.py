@@ -42,6 +42,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import seq_length, load_transition
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
@@ -381,8 +382,7 @@ if HAS_TRITON:
         half = tl.num_programs(0).to(tl.int64) * NCH
         if REVERSE:
             # (C_PAD src, C_PAD dst): the segment's label runs along the fast axis
-            M = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :],
-                        other=MASK).to(tl.float32)
+            M = load_transition(tr_ptr, oc, mc, C)
             k_max = tl.minimum(K, L)
             n_b = (L + W - 1) // W
         else:
@@ -475,9 +475,7 @@ if HAS_TRITON:
         it), so ``H = sum_seg mu (hU_s + hY_e - log mu)``. Program (b, j)."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -572,9 +570,7 @@ if HAS_TRITON:
         adds the choice of the predecessor: ``pi (P_start (log pi - h_s(c') + hU_s(c)) + Q_start)``."""
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         anc_b = anc_ptr + b * NA
         hanc_b = hanc_ptr + b * NA
         oc = tl.arange(0, C_PAD)

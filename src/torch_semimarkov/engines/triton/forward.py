@@ -51,6 +51,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import seq_length, load_transition
     from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
                                                          row_offset_bounds, window_offset)
 
@@ -290,9 +291,7 @@ if HAS_TRITON:
         rows it writes itself, so intervals never read each other's output.
         """
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -317,9 +316,7 @@ if HAS_TRITON:
         bpc_b = bpc_ptr + b * s_bp_b
 
         # shape: (C_PAD src, C_PAD dst)
-        tr = tl.load(
-            tr_ptr + oc[:, None] * C + oc[None, :], mask=mc[:, None] & mc[None, :], other=MASK
-        ).to(tl.float32)
+        tr = load_transition(tr_ptr, oc, mc, C)
         if RESTORE:
             # intervals starting at or past L have no checkpoint (and run no step)
             live = tl.where(t0 < L, 1, 0)
@@ -508,9 +505,7 @@ if HAS_TRITON:
         gather.
         """
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         oj = tl.arange(0, K_PAD)
@@ -890,9 +885,7 @@ if HAS_TRITON:
         i·DELTA from the checkpoint.
         """
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2 = mc[:, None] & mc[None, :]

@@ -14,6 +14,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
+    from torch_semimarkov.engines.triton.common import seq_length
     from torch_semimarkov.engines.triton.common import ent_terms, log_, lse_rows
 
     @triton.jit
@@ -56,9 +57,7 @@ if HAS_TRITON:
         if NS > 1:
             part = j % NS
             j = j // NS
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -187,9 +186,7 @@ if HAS_TRITON:
         """
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         anc_b = anc_ptr + b * NA
         oc = tl.arange(0, C_PAD)
         mc = oc < C
@@ -312,9 +309,7 @@ if HAS_TRITON:
         pid = tl.program_id(1)
         ch = pid // LG
         cb0 = (pid % LG) * CB
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         os_ = tl.arange(0, BS)
         okk = tl.arange(0, BK)
         oe = tl.arange(0, BE)
@@ -470,9 +465,7 @@ if HAS_TRITON:
         weights ``log mu + H - h - h'`` of the entropy's marginals cancel the rows' float32 drift."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         m2c = mc[:, None] & mc[None, :]
@@ -591,9 +584,7 @@ if HAS_TRITON:
         prefix recurrence), H interpolated between its anchors."""
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         anc_b = anc_ptr + b * NA
         oc = tl.arange(0, C_PAD)
         mc = oc < C

@@ -31,6 +31,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K, log_
+    from torch_semimarkov.engines.triton.common import seq_length
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
@@ -51,9 +52,7 @@ if HAS_TRITON:
         IDX64: tl.constexpr = False,
     ):
         b = tl.program_id(0).to(tl.int64)
-        L = tl.load(len_ptr + b)
-        if not IDX64:
-            L = L.to(tl.int32)
+        L = seq_length(len_ptr, b, IDX64)
         c = tl.load(last_ptr + b)
         ok = tl.arange(0, K_BLOCK)
         bpk_b = bpk_ptr + b * s_bp_b
