@@ -748,8 +748,9 @@ def test_seg_chunks_fill_the_last_wave():
             assert B * n * K * C <= max(2 * (T + 1) * C * B, plan_mod.SEG_WORKSPACE)
     # (8, 3000): 5 chunks of 600 are 120 programs for 264 slots; 11 of 288 fill one wave
     assert plan_mod.seg_chunks(8, 3000, 960, 47, 3, 32) == (288, 11)
-    # (4, 10^5): already about 9 waves: unchanged
+    # (4, 10^5): already about 9 waves: unchanged; and at T = 10^7 (23 waves) no search at all
     assert plan_mod.seg_chunks(4, 100_000, 960, 47, 3, 32) == plan_mod.marginal_chunks(4, 100_000, 47, 960 * 47 + 47 * 47)
+    assert plan_mod.seg_chunks(1, 10**7, 960, 47, 3, 32) == plan_mod.marginal_chunks(1, 10**7, 47, 960 * 47 + 47 * 47)
 
 
 def test_marginal_tiles_split_over_label_groups_bitwise(monkeypatch):

@@ -33,7 +33,7 @@ def beta_transition(transition):
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import seq_length, load_transition
+    from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
 
     @triton.jit

@@ -42,7 +42,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import seq_length, load_transition
+    from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start

@@ -51,7 +51,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import seq_length, load_transition
+    from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
                                                          row_offset_bounds, window_offset)
 

@@ -619,10 +619,9 @@ def blocked_forward_beta(cum_scores, transition, duration_bias, lengths, proj_st
     of :data:`BESIDE_FIRST` first, the other at once after it), so that neither waits for the host
     to prepare it after the other's launches (GPU_NOTES 96, 104); the duration tables and the
     linear sums' period (a device synchronisation) are made once, before either, and the rows of
-    both go into one
-    (3, B, T+1, C) tensor (alpha_hat, U_hat, Y_hat), so that no copy joins them. On the CPU (the
-    interpreter) the launches run in the same interleaved order on one stream; the outputs do not
-    depend on it.
+    both go into one (3, B, T+1, C) tensor (alpha_hat, U_hat, Y_hat), so that no copy joins them.
+    On the CPU (the interpreter) the launches run in the same interleaved order on one stream; the
+    outputs do not depend on it.
 
     Returns ``(saved (3, B, T+1, C), frames (B, T+1), g (B, T+1))``: the forward's and beta's
     rows and their global frames, owned by the current stream."""

@@ -708,8 +708,8 @@ def seg_chunks(B: int, T: int, K_eff: int, C: int, groups: int, rows: int, devic
     padding costs, and the programs run in waves of ``SEG_PROGRAMS_PER_SM`` a multiprocessor, so
     the time goes as ``waves x chunk``: 6 chunks of 500 at (32, 3000, 960, 47) are 576 programs in
     2.18 waves (3 in time), 8 of 384 are 768 in 2.91. Chunks of at least one tile, their (K, C)
-    workspace within :data:`SEG_WORKSPACE` floats in all (or the B·T·C bound, if larger); the fewest
-    chunks among equal times."""
+    workspace within :data:`SEG_WORKSPACE` floats in all (or the B·T·C bound, if larger), at most
+    about 8 waves of programs; the fewest chunks among equal times."""
     ch0, n0 = marginal_chunks(B, T, C, K_eff * C + C * C)  # the backward's shared chunking
     slots = max(1, _sms(device) * SEG_PROGRAMS_PER_SM)
     cap = max(2 * (T + 1) * C, SEG_WORKSPACE // max(B, 1)) // max(K_eff * C, 1)
@@ -719,7 +719,9 @@ def seg_chunks(B: int, T: int, K_eff: int, C: int, groups: int, rows: int, devic
         return -(-B * n * groups // slots) * ch, n
 
     best, best_ch = cost(ch0), ch0
-    for n in range(n0 + 1, min(cap, -(-T // rows)) + 1):
+    # past ~8 waves a part-filled last one costs little: search up to that many programs
+    most = min(cap, -(-T // rows), max(n0, -(-8 * slots // max(B * groups, 1))))
+    for n in range(n0 + 1, most + 1):
         ch = -(-(-(-T // n)) // rows) * rows  # T / n, rounded up to whole tiles
         c = cost(ch)
         if c < best:
