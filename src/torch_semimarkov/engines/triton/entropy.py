@@ -26,7 +26,7 @@ coefficients are stochastic, so the difference becomes a constant as the posteri
 mixes), and a repair walks the chunks whose neighbour did not converge. Offsets are the prefix
 (suffix) sums of the deltas (``parallel.py``).
 
-Then the weighted marginals (``_entropy_marginals_kernel``): every marginal of
+Then the weighted marginals (``marginals._shared_factored_kernel`` with ``ENT``): every marginal of
 ``marginals.py`` times its factor ``log mu + H - h - h'``, with H interpolated between anchors
 where it is computed from the rows themselves (``_entropy_anchor_kernel``: H is the entropy of
 the segment covering the anchor plus the expected entropies of its prefix and suffix), as the
@@ -47,7 +47,6 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
-    from torch_semimarkov.engines.triton.marginals import _seg_terms, anchor_log_z
 
     @triton.jit
     def _load_ent_state(e32, e64, live, oj, oc, C_PAD: tl.constexpr, K_PAD: tl.constexpr):
@@ -522,149 +521,6 @@ if HAS_TRITON:
         H = href + tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
         tl.store(out_ptr + b * NA + j, H)
 
-    @triton.jit
-    def _wseg_terms(s, L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
-                    me_b, C, A, HAS_MASK: tl.constexpr):
-        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg`` (below
-        -1e29 where not allowed, as in ``marginals._seg_terms``) and the factor
-        ``log P_seg + H - hU_s - hY_{s+k}`` (finite everywhere)."""
-        z, ok2 = _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
-        hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
-        huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
-        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0)
-        oyk = tl.load(oy_b + s + k, mask=k <= L - s, other=0.0)
-        return z, z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
-
-    @triton.jit
-    def _entropy_marginals_kernel(
-        cum_ptr,  # (B, T+1, C)
-        tr_ptr,  # (C, C)
-        db_ptr,  # (K, C)
-        len_ptr,  # (B,)
-        pe_ptr,  # (B, T, C) proj_end (read only if HAS_PE)
-        anc_ptr,  # (B, NA) float64: log Z at the anchors
-        hanc_ptr,  # (B, NA) float64: H at the anchors
-        a_ptr,  # (B, T+1, C) alpha_hat
-        w_ptr,  # (B, T+1, C) U_hat
-        f_ptr,  # (B, T+1) float64
-        x_ptr,  # (B, T+1, C) Y_hat
-        g_ptr,  # (B, T+1) float64
-        h_ptr, hu_ptr, oh_ptr,  # forward entropy rows h, hU and their offsets (B, T+1) float64
-        hy_ptr, oy_ptr,  # backward entropy rows hY and their offsets
-        pst_ptr,  # (B, T, C) float32 out, zero-initialised: P_start(s, c)
-        qst_ptr,  # (B, T, C) float32 out, zero-initialised: Q_start(s, c)
-        qend_ptr,  # (B, T, C) float32 out: Q_end at the last position e
-        wtr_ptr,  # (B, NCH, C, C) float32 out: weighted transition marginals of the chunk
-        wdb_ptr,  # (B, NCH, K, C) float32 out: weighted duration marginals of the chunk
-        C, K, CH, NCH, A, NA, s_cum_b, s_a_b, s_f_b, s_p_b,
-        C_PAD: tl.constexpr,
-        K_BLOCK: tl.constexpr,
-        HAS_PE: tl.constexpr,
-        IDX64: tl.constexpr = False,
-        me_ptr=None,
-        HAS_MASK: tl.constexpr = False,
-        ONE_KB: tl.constexpr = False,
-    ):
-        """``_shared_factored_kernel`` with every marginal mu weighted by
-        ``log mu + H - h_prefix - h_suffix`` (Q = sum mu · factor); the transition term at s >= 1
-        adds the choice of the predecessor: ``pi (P_start (log pi - h_s(c') + hU_s(c)) + Q_start)``."""
-        b = tl.program_id(0).to(tl.int64)
-        ch = tl.program_id(1)
-        L = seq_length(len_ptr, b, IDX64)
-        anc_b = anc_ptr + b * NA
-        hanc_b = hanc_ptr + b * NA
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        ok = tl.arange(0, K_BLOCK)
-        a_b = a_ptr + b * s_a_b
-        w_b = w_ptr + b * s_a_b
-        x_b = x_ptr + b * s_a_b
-        f_b = f_ptr + b * s_f_b
-        g_b = g_ptr + b * s_f_b
-        h_b = h_ptr + b * s_a_b
-        hu_b = hu_ptr + b * s_a_b
-        hy_b = hy_ptr + b * s_a_b
-        oh_b = oh_ptr + b * s_f_b
-        oy_b = oy_ptr + b * s_f_b
-        pst_b = pst_ptr + b * s_p_b
-        qst_b = qst_ptr + b * s_p_b
-        qend_b = qend_ptr + b * s_p_b
-        pe_b = pe_ptr + b * s_p_b
-        cum_b = cum_ptr + b * s_cum_b
-        me_b = me_ptr + b * s_a_b if HAS_MASK else cum_b
-        s0 = ch * CH
-        s1 = tl.minimum(s0 + CH, L)
-        m2c = mc[:, None] & mc[None, :]
-
-        # Q_end(t) = P_node (log P_node + H - h_t - hY_t): the duration's entropy is inside h_t
-        for last in range(s0, s1):
-            t = last + 1
-            lzt = anchor_log_z(anc_b, t, L, A)
-            ht = anchor_log_z(hanc_b, t, L, A)
-            z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
-            if HAS_PE:
-                z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
-            z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
-            p = tl.exp(z)
-            hh = tl.load(h_b + t * C + oc, mask=mc, other=0.0) + tl.load(hy_b + t * C + oc, mask=mc, other=0.0)
-            fac = z + (ht - tl.load(oh_b + t) - tl.load(oy_b + t)).to(tl.float32) - hh
-            tl.store(qend_b + last * C + oc, tl.where(p > 0, p * fac, 0.0), mask=mc)
-
-        # segments: Q(s, k, c) = P_seg (log P_seg + H - hU_s - hY_{s+k})
-        wdb_b = wdb_ptr + (b * NCH + ch) * K * C
-        for kb in range(0, K, K_BLOCK):
-            k = kb + 1 + ok
-            vk0 = k <= K
-            dbv = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=vk0[:, None] & mc[None, :], other=MASK).to(tl.float32)
-            acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
-            # every position's rows are loaded one iteration early (they do not depend on the
-            # loop): the loads' latency overlaps the previous position's arithmetic
-            z_n, fac_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, hanc_b,
-                                     oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
-            for s in range(s0, s1):
-                z = z_n
-                fac = fac_n
-                z_n, fac_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b,
-                                         w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A, HAS_MASK)
-                # a segment that is not allowed has p exactly 0 and a finite factor: q exactly 0
-                p = tl.exp(z)
-                q = p * fac
-                acc += q
-                if ONE_KB:
-                    # one duration block: this iteration's sums are the whole rows
-                    tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
-                    tl.store(qst_b + s * C + oc, tl.sum(q, 0), mask=mc)
-                else:
-                    pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
-                    tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
-                    qst = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
-                    tl.store(qst_b + s * C + oc, qst + tl.sum(q, 0), mask=mc)
-            tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
-        tl.debug_barrier()
-
-        # transitions: pi(c'|c) (P_start (log pi - h_s(c') + hU_s(c)) + Q_start); at s = 0 the
-        # phantom predecessor is no choice: pi Q_start
-        tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
-        acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
-        for s in range(s0, s1):
-            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
-            x = av[:, None] + tr
-            mx = tl.max(x, 0)
-            e = tl.exp(x - mx[None, :])
-            zs = tl.sum(e, 0)
-            zs = tl.where(zs > 0, zs, 1.0)
-            pi = e / zs[None, :]
-            lpi = x - (mx + log_(zs))[None, :]
-            pv = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
-            qv = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
-            hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0)
-            huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
-            choice = pv[None, :] * (lpi - hv[:, None] + huv[None, :])
-            choice = tl.where(s == 0, 0.0, choice)
-            acc_tr += tl.where(pi > 0, pi * (choice + qv[None, :]), 0.0)
-        wtr_b = wtr_ptr + (b * NCH + ch) * C * C
-        tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
-
 
 #: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
 #: on two CUDA streams.
@@ -685,7 +541,7 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     """
     from torch_semimarkov.engines.torch.reference import feasible
     from torch_semimarkov.engines.triton.launch import _prepare, final_scores, finish_marginals
-    from torch_semimarkov.engines.triton.marginals import _anchor_kernel
+    from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
     from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, fixup_tol, marginal_chunks
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
@@ -782,13 +638,13 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     q_end = torch.zeros((B, T, C), device=dev, dtype=torch.float32)
     wtr = torch.empty((B, nch, C, C), device=dev, dtype=torch.float32)
     wdb = torch.empty((B, nch, K_eff, C), device=dev, dtype=torch.float32)
-    _entropy_marginals_kernel[(B, nch)](
+    _shared_factored_kernel[(B, nch)](
         cum_ptr=cum_scores, tr_ptr=transition, db_ptr=duration_bias, len_ptr=lengths, pe_ptr=pe, anc_ptr=lz,
         hanc_ptr=H, a_ptr=alpha_hat, w_ptr=w_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g, h_ptr=h, hu_ptr=hu, oh_ptr=oh,
-        hy_ptr=hy, oy_ptr=oy, pst_ptr=p_start, qst_ptr=q_start, qend_ptr=q_end, wtr_ptr=wtr, wdb_ptr=wdb, C=C,
+        hy_ptr=hy, oy_ptr=oy, pst_ptr=p_start, qst_ptr=q_start, pend_ptr=q_end, wtr_ptr=wtr, wdb_ptr=wdb, C=C,
         K=K_eff, CH=ch, NCH=nch, A=A, NA=n_anchor, s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, s_p_b=T * C,
         C_PAD=c_pad, K_BLOCK=plan.k_block, HAS_PE=proj_end is not None, num_warps=AUX_WARPS, IDX64=plan.idx64,
-        ONE_KB=K_eff <= plan.k_block, **mask_me)
+        ONE_KB=K_eff <= plan.k_block, ENT=True, **mask_me)
     return (H[:, 0],) + finish_marginals(q_start, q_end, wtr.sum(1).double(), wdb.sum(1).double(), ok, K, dtype)
 
 

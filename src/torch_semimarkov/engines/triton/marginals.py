@@ -141,6 +141,19 @@ if HAS_TRITON:
         return xv + dbv + seg + wv[None, :] + (gk + fs - lzs).to(tl.float32)[:, None], ok2
 
     @triton.jit
+    def _wseg_terms(s, L, K, k, dbv, oc, mc, anc_b, hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b,
+                    me_b, C, A, HAS_MASK: tl.constexpr):
+        """The segments starting at s with durations k (K_BLOCK, C_PAD): ``z = log P_seg`` (below
+        -1e29 where not allowed, as in :func:`_seg_terms`) and the entropy's factor
+        ``log P_seg + H - hU_s - hY_{s+k}`` (finite everywhere)."""
+        z, ok2 = _seg_terms(s, L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+        hs = anchor_log_z(hanc_b, s, L, A) - tl.load(oh_b + s)
+        huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+        hyv = tl.load(hy_b + (s + k[:, None]) * C + oc[None, :], mask=ok2, other=0.0)
+        oyk = tl.load(oy_b + s + k, mask=k <= L - s, other=0.0)
+        return z, z + (hs - oyk).to(tl.float32)[:, None] - huv[None, :] - hyv
+
+    @triton.jit
     def _shared_factored_kernel(
         cum_ptr,  # (B, T+1, C)
         tr_ptr,  # (C, C)
@@ -154,9 +167,9 @@ if HAS_TRITON:
         x_ptr,  # (B, T+1, C) Y_hat
         g_ptr,  # (B, T+1) float64
         pst_ptr,  # (B, T, C) float32 out, zero-initialised: P_start(s, c)
-        pend_ptr,  # (B, T, C) float32 out: P_end(e+1, c) at the last position e
-        wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk
-        wdb_ptr,  # (B, NCH, K, C) float32 out: duration marginals of the chunk
+        pend_ptr,  # (B, T, C) float32 out: P_end(e+1, c) at the last position e (ENT: Q_end)
+        wtr_ptr,  # (B, NCH, C, C) float32 out: transition marginals of the chunk (ENT: weighted)
+        wdb_ptr,  # (B, NCH, K, C) float32 out: duration marginals of the chunk (ENT: weighted)
         C,
         K,
         CH,
@@ -175,6 +188,11 @@ if HAS_TRITON:
         HAS_MASK: tl.constexpr = False,
         ONE_KB: tl.constexpr = False,  # K <= K_BLOCK: one duration block
         SEG: tl.constexpr = True,  # False: P_start and the duration marginals come from ``_blk_seg_kernel``
+        hanc_ptr=None,  # ENT: (B, NA) float64, H at the anchors (``entropy._entropy_anchor_kernel``)
+        h_ptr=None, hu_ptr=None, oh_ptr=None,  # ENT: forward entropy rows h, hU (B, T+1, C), offsets (B, T+1)
+        hy_ptr=None, oy_ptr=None,  # ENT: backward entropy rows hY and their offsets
+        qst_ptr=None,  # ENT: (B, T, C) float32 out, zero-initialised: Q_start(s, c)
+        ENT: tl.constexpr = False,
     ):
         """Every marginal of the positions s0 <= s < s1 of one sequence.
 
@@ -183,11 +201,18 @@ if HAS_TRITON:
         ~1e-2 away from log Z. So a marginal at position p is normalised by the log Z that the
         stored rows themselves give at the nearest anchors (every A positions, exact there),
         interpolated linearly between them: only the drift within A positions remains.
+
+        ENT (the entropy's gradient, ``entropy.launch_entropy``): every marginal mu weighted by
+        ``log mu + H - h_prefix - h_suffix`` (Q = sum mu · factor), H interpolated between its own
+        anchors; the transition term at s >= 1 adds the choice of the predecessor:
+        ``pi (P_start (log pi - h_s(c') + hU_s(c)) + Q_start)``.
         """
         b = tl.program_id(0).to(tl.int64)
         ch = tl.program_id(1)
         L = seq_length(len_ptr, b, IDX64)
         anc_b = anc_ptr + b * NA
+        if ENT:
+            hanc_b = hanc_ptr + b * NA
         oc = tl.arange(0, C_PAD)
         mc = oc < C
         ok = tl.arange(0, K_BLOCK)
@@ -196,7 +221,15 @@ if HAS_TRITON:
         x_b = x_ptr + b * s_a_b
         f_b = f_ptr + b * s_f_b
         g_b = g_ptr + b * s_f_b
+        if ENT:
+            h_b = h_ptr + b * s_a_b
+            hu_b = hu_ptr + b * s_a_b
+            hy_b = hy_ptr + b * s_a_b
+            oh_b = oh_ptr + b * s_f_b
+            oy_b = oy_ptr + b * s_f_b
         pst_b = pst_ptr + b * s_p_b
+        if ENT:
+            qst_b = qst_ptr + b * s_p_b
         pend_b = pend_ptr + b * s_p_b
         pe_b = pe_ptr + b * s_p_b
         cum_b = cum_ptr + b * s_cum_b
@@ -206,17 +239,27 @@ if HAS_TRITON:
         m2c = mc[:, None] & mc[None, :]
 
         # P_end(t) = exp(alpha_t + beta_t - log Z), t = e + 1, beta_t = Y_t - pe_{t-1}
+        # (ENT: Q_end(t) = P_node (log P_node + H - h_t - hY_t): the duration's entropy is inside h_t)
         for last in range(s0, s1):
             t = last + 1
             lzt = anchor_log_z(anc_b, t, L, A)
+            if ENT:
+                ht = anchor_log_z(hanc_b, t, L, A)
             z = tl.load(a_b + t * C + oc, mask=mc, other=MASK) + tl.load(x_b + t * C + oc, mask=mc, other=MASK)
             if HAS_PE:
                 z -= tl.load(pe_b + last * C + oc, mask=mc, other=0.0).to(tl.float32)
             z += (tl.load(f_b + t) + tl.load(g_b + t) - lzt).to(tl.float32)
-            tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
+            if ENT:
+                p = tl.exp(z)
+                hh = tl.load(h_b + t * C + oc, mask=mc, other=0.0) + tl.load(hy_b + t * C + oc, mask=mc, other=0.0)
+                fac = z + (ht - tl.load(oh_b + t) - tl.load(oy_b + t)).to(tl.float32) - hh
+                tl.store(pend_b + last * C + oc, tl.where(p > 0, p * fac, 0.0), mask=mc)
+            else:
+                tl.store(pend_b + last * C + oc, tl.exp(z), mask=mc)
 
         # P_seg(s, k, c) = exp(U_s(c) + D[k-1, c] + S_{s+k}(c) - S_s(c) + Y_{s+k}(c) - log Z);
         # P_start(s, c) = sum_k P_seg(s, k, c) (SEG; else ``_blk_seg_kernel`` wrote P_start)
+        # (ENT: also Q(s, k, c) = P_seg (log P_seg + H - hU_s - hY_{s+k}), summed the same way)
         if SEG:
             wdb_b = wdb_ptr + (b * NCH + ch) * K * C
             for kb in range(0, K, K_BLOCK):
@@ -226,24 +269,47 @@ if HAS_TRITON:
                 acc = tl.zeros([K_BLOCK, C_PAD], dtype=tl.float32)
                 # every position's rows are loaded one iteration early (they do not depend on the
                 # loop): the loads' latency overlaps the previous position's arithmetic
-                z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
-                                    x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
+                if ENT:
+                    z_n, fac_n = _wseg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b,
+                                             hanc_b, oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A,
+                                             HAS_MASK)
+                else:
+                    z_n, _ = _seg_terms(tl.maximum(tl.minimum(s0, L - 1), 0), L, K, k, dbv, oc, mc, anc_b, w_b, f_b,
+                                        x_b, g_b, cum_b, me_b, C, A, HAS_MASK)
                 for s in range(s0, s1):
                     z = z_n
-                    z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b, g_b,
-                                        cum_b, me_b, C, A, HAS_MASK)
+                    if ENT:
+                        fac = fac_n
+                        z_n, fac_n = _wseg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, hanc_b,
+                                                 oh_b, w_b, hu_b, f_b, x_b, hy_b, g_b, oy_b, cum_b, me_b, C, A,
+                                                 HAS_MASK)
+                    else:
+                        z_n, _ = _seg_terms(tl.minimum(s + 1, L - 1), L, K, k, dbv, oc, mc, anc_b, w_b, f_b, x_b,
+                                            g_b, cum_b, me_b, C, A, HAS_MASK)
+                    # (a segment that is not allowed has p exactly 0 and a finite factor: q exactly 0)
                     p = tl.exp(z)
-                    acc += p
+                    if ENT:
+                        q = p * fac
+                        acc += q
+                    else:
+                        acc += p
                     # this program alone owns row s; the same threads load and store it
                     if ONE_KB:
                         tl.store(pst_b + s * C + oc, tl.sum(p, 0), mask=mc)
+                        if ENT:
+                            tl.store(qst_b + s * C + oc, tl.sum(q, 0), mask=mc)
                     else:
                         pst = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
                         tl.store(pst_b + s * C + oc, pst + tl.sum(p, 0), mask=mc)
+                        if ENT:
+                            qst = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
+                            tl.store(qst_b + s * C + oc, qst + tl.sum(q, 0), mask=mc)
                 tl.store(wdb_b + (k[:, None] - 1) * C + oc[None, :], acc, mask=vk0[:, None] & mc[None, :])
         tl.debug_barrier()
 
         # P_trans(s, c', c) = softmax_{c'}(alpha_s(c') + Tr[c', c]) * P_start(s, c)
+        # (ENT: pi(c'|c) (P_start (log pi - h_s(c') + hU_s(c)) + Q_start); at s = 0 the phantom
+        # predecessor is no choice: pi Q_start)
         tr = tl.load(tr_ptr + oc[:, None] * C + oc[None, :], mask=m2c, other=MASK).to(tl.float32)
         acc_tr = tl.zeros([C_PAD, C_PAD], dtype=tl.float32)
         for s in range(s0, s1):
@@ -251,8 +317,21 @@ if HAS_TRITON:
             x = av[:, None] + tr
             mx = tl.max(x, 0)
             e = tl.exp(x - mx[None, :])
-            p = tl.load(pst_b + s * C + oc, mask=mc, other=0.0) / tl.sum(e, 0)
-            acc_tr += e * p[None, :]
+            if ENT:
+                zs = tl.sum(e, 0)
+                zs = tl.where(zs > 0, zs, 1.0)
+                pi = e / zs[None, :]
+                lpi = x - (mx + log_(zs))[None, :]
+                pv = tl.load(pst_b + s * C + oc, mask=mc, other=0.0)
+                qv = tl.load(qst_b + s * C + oc, mask=mc, other=0.0)
+                hv = tl.load(h_b + s * C + oc, mask=mc, other=0.0)
+                huv = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
+                choice = pv[None, :] * (lpi - hv[:, None] + huv[None, :])
+                choice = tl.where(s == 0, 0.0, choice)
+                acc_tr += tl.where(pi > 0, pi * (choice + qv[None, :]), 0.0)
+            else:
+                p = tl.load(pst_b + s * C + oc, mask=mc, other=0.0) / tl.sum(e, 0)
+                acc_tr += e * p[None, :]
         wtr_b = wtr_ptr + (b * NCH + ch) * C * C
         tl.store(wtr_b + oc[:, None] * C + oc[None, :], acc_tr, mask=m2c)
 
