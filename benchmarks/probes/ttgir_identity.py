@@ -12,7 +12,9 @@ and every kernel argument by its Python name, through ``--alias old=new`` where 
 one. Two kernels with the same canonical TTGIR run the same operations on the same values in the
 same order: their results are bitwise equal on any GPU this Triton compiles for. A kernel that the
 change folded into another (one with a new ``REVERSE`` flag) is matched by ``--reverse NAME``:
-NAME's variants count as that kernel's ``REVERSE=True`` ones.
+NAME's variants count as that kernel's ``REVERSE=True`` ones; any other flags by ``--flag
+NAME=FLAG+FLAG2`` (NAME's variants count as those with these flags set, e.g. a new flag and one whose
+default is on; several kernels comma-separated).
 
     python benchmarks/probes/ttgir_identity.py record before.json _fwd_reg_chunks_kernel,_beta_reg_chunks_kernel
     python benchmarks/probes/ttgir_identity.py hash before.json before_hash.json --reverse _beta_reg_chunks_kernel \\
@@ -21,6 +23,11 @@ NAME's variants count as that kernel's ``REVERSE=True`` ones.
     python benchmarks/probes/ttgir_identity.py record after.json _reg_chunks_kernel
     python benchmarks/probes/ttgir_identity.py hash after.json after_hash.json
     python benchmarks/probes/ttgir_identity.py compare before_hash.json after_hash.json
+
+The variants of one test file only (faster than the whole suite): ``record OUT NAMES -m integration
+tests/engines/triton/test_kernels_compile.py`` (the compile check's calls reach every kernel family).
+GPU_NOTES 105: the length / transition helpers and the entropy's weighted marginals folded into
+``_shared_factored_kernel`` (``--flag _entropy_marginals_kernel=ENT+SEG --alias qend_ptr=pend_ptr``).
 """
 import glob
 import hashlib
@@ -111,10 +118,11 @@ def _ttgir(src, warps):
     return str(mod)
 
 
-def hash_records(path, out, reverse=(), alias=None):
+def hash_records(path, out, reverse=(), alias=None, flags=None):
     from triton.compiler import ASTSource
 
     alias = alias or {}
+    flags = flags or {}
     res = {}
     for r in json.load(open(path)):
         c = r["constexprs"]
@@ -124,6 +132,8 @@ def hash_records(path, out, reverse=(), alias=None):
         rev = r["name"] in reverse or bool(c.get("REVERSE"))
         # a flag that is off is a flag the kernel does not have (a fold adds flags, off by default)
         key = {k: v for k, v in c.items() if v is not None and v is not False and k != "REVERSE"}
+        if r["name"] in flags:  # a kernel folded into another as its variants with these flags set
+            key.update({f: True for f in flags[r["name"]].split("+")})
         types = {alias.get(n, n): t for n, t in r["signature"].items() if t != "constexpr"}
         res[json.dumps({"REVERSE": rev, **key, "warps": r["num_warps"], "types": sorted(types.items())},
                        sort_keys=True)] = hashlib.sha1(text.encode()).hexdigest()
@@ -148,7 +158,8 @@ def main():
         args = sys.argv[4:]
         reverse = args[args.index("--reverse") + 1].split(",") if "--reverse" in args else []
         alias = dict(a.split("=") for a in args[args.index("--alias") + 1].split(",")) if "--alias" in args else {}
-        hash_records(sys.argv[2], sys.argv[3], reverse, alias)
+        flags = dict(a.split("=") for a in args[args.index("--flag") + 1].split(",")) if "--flag" in args else {}
+        hash_records(sys.argv[2], sys.argv[3], reverse, alias, flags)
     elif mode == "compare":
         a, b = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
         common = set(a) & set(b)
