@@ -13,8 +13,9 @@ one. Two kernels with the same canonical TTGIR run the same operations on the sa
 same order: their results are bitwise equal on any GPU this Triton compiles for. A kernel that the
 change folded into another (one with a new ``REVERSE`` flag) is matched by ``--reverse NAME``:
 NAME's variants count as that kernel's ``REVERSE=True`` ones; any other flags by ``--flag
-NAME=FLAG+FLAG2`` (NAME's variants count as those with these flags set, e.g. a new flag and one whose
-default is on; several kernels comma-separated).
+NAME=FLAG+FLAG2+CONST:1`` (NAME's variants count as those with these flags set and constants at
+these values, e.g. a new flag and the defaults of the kernel it joined; several kernels
+comma-separated).
 
     python benchmarks/probes/ttgir_identity.py record before.json _fwd_reg_chunks_kernel,_beta_reg_chunks_kernel
     python benchmarks/probes/ttgir_identity.py hash before.json before_hash.json --reverse _beta_reg_chunks_kernel \\
@@ -26,8 +27,9 @@ default is on; several kernels comma-separated).
 
 The variants of one test file only (faster than the whole suite): ``record OUT NAMES -m integration
 tests/engines/triton/test_kernels_compile.py`` (the compile check's calls reach every kernel family).
-GPU_NOTES 105: the length / transition helpers and the entropy's weighted marginals folded into
-``_shared_factored_kernel`` (``--flag _entropy_marginals_kernel=ENT+SEG --alias qend_ptr=pend_ptr``).
+GPU_NOTES 105: the length / transition helpers, the entropy's weighted marginals folded into
+``_shared_factored_kernel`` and its anchors into ``_anchor_kernel`` (``--flag
+_entropy_marginals_kernel=ENT+SEG,_entropy_anchor_kernel=ENT+NS:1 --alias qend_ptr=pend_ptr``).
 """
 import glob
 import hashlib
@@ -133,7 +135,9 @@ def hash_records(path, out, reverse=(), alias=None, flags=None):
         # a flag that is off is a flag the kernel does not have (a fold adds flags, off by default)
         key = {k: v for k, v in c.items() if v is not None and v is not False and k != "REVERSE"}
         if r["name"] in flags:  # a kernel folded into another as its variants with these flags set
-            key.update({f: True for f in flags[r["name"]].split("+")})
+            for f in flags[r["name"]].split("+"):
+                name, _, value = f.partition(":")  # FLAG (True) or CONST:INT (a default it now has)
+                key[name] = int(value) if value else True
         types = {alias.get(n, n): t for n, t in r["signature"].items() if t != "constexpr"}
         res[json.dumps({"REVERSE": rev, **key, "warps": r["num_warps"], "types": sorted(types.items())},
                        sort_keys=True)] = hashlib.sha1(text.encode()).hexdigest()

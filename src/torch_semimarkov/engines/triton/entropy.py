@@ -26,11 +26,11 @@ coefficients are stochastic, so the difference becomes a constant as the posteri
 mixes), and a repair walks the chunks whose neighbour did not converge. Offsets are the prefix
 (suffix) sums of the deltas (``parallel.py``).
 
-Then the weighted marginals (``marginals._shared_factored_kernel`` with ``ENT``): every marginal of
-``marginals.py`` times its factor ``log mu + H - h - h'``, with H interpolated between anchors
-where it is computed from the rows themselves (``_entropy_anchor_kernel``: H is the entropy of
-the segment covering the anchor plus the expected entropies of its prefix and suffix), as the
-log Z anchors of the marginals remove the float32 drift of the rows. With ``q`` those weighted
+Then the weighted marginals (``marginals._shared_factored_kernel`` with ``ENT``): every marginal
+of ``marginals.py`` times its factor ``log mu + H - h - h'``, with H interpolated between anchors
+where it is computed from the rows themselves (``marginals._anchor_kernel`` with ``ENT``: H is the
+entropy of the segment covering the anchor plus the expected entropies of its prefix and suffix),
+as the log Z anchors of the marginals remove the float32 drift of the rows. With ``q`` those weighted
 marginals, ``dH/dtheta = -(the map from marginals to gradients)(q)``.
 """
 
@@ -42,7 +42,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, REBASE, tl, trito
 
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
-    from torch_semimarkov.engines.triton.common import load_transition, seq_length
+    from torch_semimarkov.engines.triton.common import load_transition
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
@@ -447,80 +447,6 @@ if HAS_TRITON:
                             clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                 tl.debug_barrier()
 
-    @triton.jit
-    def _entropy_anchor_kernel(
-        cum_ptr,  # (B, T+1, C)
-        db_ptr,  # (K, C)
-        len_ptr,  # (B,)
-        w_ptr,  # (B, T+1, C) U_hat (forward)
-        f_ptr,  # (B, T+1) float64 forward frames
-        x_ptr,  # (B, T+1, C) Y_hat (backward)
-        g_ptr,  # (B, T+1) float64 backward frames
-        lz_ptr,  # (B, NA) float64: log Z at the anchors (``_anchor_kernel``)
-        hu_ptr,  # (B, T+1, C) hU rows
-        oh_ptr,  # (B, T+1) float64: their offsets
-        hy_ptr,  # (B, T+1, C) hY rows
-        oy_ptr,  # (B, T+1) float64: their offsets
-        out_ptr,  # (B, NA) float64 out: H at anchor j
-        C, K, A, NA, s_cum_b, s_a_b, s_f_b,
-        C_PAD: tl.constexpr,
-        K_BLOCK: tl.constexpr,
-        IDX64: tl.constexpr = False,
-        me_ptr=None,
-        HAS_MASK: tl.constexpr = False,
-    ):
-        """H from the rows at anchor p_j = min(j·A, L): the segment covering q = min(p_j, L-1)
-        splits every segmentation into that segment, a prefix and a suffix (independent given
-        it), so ``H = sum_seg mu (hU_s + hY_e - log mu)``. Program (b, j)."""
-        b = tl.program_id(0).to(tl.int64)
-        j = tl.program_id(1)
-        L = seq_length(len_ptr, b, IDX64)
-        oc = tl.arange(0, C_PAD)
-        mc = oc < C
-        ok = tl.arange(0, K_BLOCK)
-        cum_b = cum_ptr + b * s_cum_b
-        w_b = w_ptr + b * s_a_b
-        f_b = f_ptr + b * s_f_b
-        x_b = x_ptr + b * s_a_b
-        g_b = g_ptr + b * s_f_b
-        hu_b = hu_ptr + b * s_a_b
-        hy_b = hy_ptr + b * s_a_b
-        oh_b = oh_ptr + b * s_f_b
-        oy_b = oy_ptr + b * s_f_b
-        q = tl.maximum(tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1), 0)
-        lz = tl.load(lz_ptr + b * NA + j)
-        href = tl.load(oh_b + q) + tl.load(oy_b + q + 1)
-        acc = tl.zeros([C_PAD], dtype=tl.float32)
-        for i in range(0, tl.minimum(K, q + 1)):
-            s = q - i
-            u = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-            hu = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
-            fs = tl.load(f_b + s)
-            ohs = tl.load(oh_b + s)
-            k_hi = tl.minimum(K, L - s)
-            me = tl.zeros([C_PAD], dtype=tl.int32)
-            if HAS_MASK:
-                me = tl.load(me_ptr + b * s_a_b + s * C + oc, mask=mc, other=0)
-            for kb in range(i + 1, k_hi + 1, K_BLOCK):
-                k = kb + ok
-                vk = k <= k_hi
-                m2 = vk[:, None] & mc[None, :]
-                e = s + k
-                if HAS_MASK:
-                    m2 = m2 & (e[:, None] <= me[None, :])
-                y = tl.load(x_b + e[:, None] * C + oc[None, :], mask=m2, other=MASK)
-                hy = tl.load(hy_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0)
-                d = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
-                seg = (tl.load(cum_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
-                fr = (tl.load(g_b + e, mask=vk, other=0.0) + fs - lz).to(tl.float32)
-                z = tl.where(m2, u[None, :] + d + seg + y + fr[:, None], 2 * MASK)
-                p = tl.where(m2, tl.exp(z), 0.0)
-                oh = (tl.load(oy_b + e, mask=vk, other=0.0) + ohs - href).to(tl.float32)
-                acc += tl.sum(tl.where(p > 0, p * (hu[None, :] + hy + oh[:, None] - z), 0.0), 0)
-        H = href + tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
-        tl.store(out_ptr + b * NA + j, H)
-
 
 #: Run the prefix half (forward, prefix entropies) and the suffix half (beta, suffix entropies)
 #: on two CUDA streams.
@@ -626,9 +552,9 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
                                   K_BLOCK=plan.k_block, **mask_me)
     lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
     H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
-    _entropy_anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
-                                          lz_ptr=lz, hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H,
-                                          K_BLOCK=plan.k_block, **mask_me)
+    _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, lz_ptr=lz,
+                                  hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H, K_BLOCK=plan.k_block,
+                                  ENT=True, **mask_me)
     H = torch.where(ok[:, None], H, torch.zeros_like(H))
 
     # weighted marginals

@@ -36,7 +36,7 @@ if HAS_TRITON:
         f_ptr,  # (B, T+1) float64 forward frames
         x_ptr,  # (B, T+1, C) Y_hat = pe_{t-1} + beta_hat_t (backward)
         g_ptr,  # (B, T+1) float64 backward frames
-        out_ptr,  # (B, NA) float64 out: log Z at anchor j
+        out_ptr,  # (B, NA) float64 out: log Z at anchor j (ENT: H)
         C, K, A, NA, s_cum_b, s_a_b, s_f_b,
         C_PAD: tl.constexpr,
         K_BLOCK: tl.constexpr,
@@ -44,13 +44,20 @@ if HAS_TRITON:
         me_ptr=None,  # (B, T+1, C) int32: largest allowed end of a segment starting at s (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
         NS: tl.constexpr = 1,
+        lz_ptr=None,  # ENT: (B, NA) float64, log Z at the anchors (this kernel's own, first)
+        hu_ptr=None, oh_ptr=None,  # ENT: the prefix entropies' hU rows (B, T+1, C) and offsets (B, T+1)
+        hy_ptr=None, oy_ptr=None,  # ENT: the suffix entropies' hY rows and offsets
+        ENT: tl.constexpr = False,
     ):
         """log Z from the stored rows at anchor p_j = min(j·A, L): every segmentation has one
         segment covering position q = min(p_j, L-1), so log Z = LSE over the segments (s, e, c)
         with s <= q < e of U_s + D[e-s-1] + S_e - S_s + Y_e (plus frames). Program (b, j).
         HAS_MASK: only the allowed segments (e <= max_end[s, c]).
         NS > 1 (large K): program (b, j·NS + p) sums the starts s = q - i with i in its p-th share
-        of [0, K) and writes that partial log-sum to ``out_ptr`` (B, NA, NS); the host reduces."""
+        of [0, K) and writes that partial log-sum to ``out_ptr`` (B, NA, NS); the host reduces.
+        ENT (the entropy, ``entropy.launch_entropy``; NS = 1): H from the same segments, which split
+        every segmentation into that segment, a prefix and a suffix (independent given it), so
+        ``H = sum_seg mu (hU_s + hY_e - log mu)``, mu under the anchor's log Z."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
         part = j * 0
@@ -66,11 +73,23 @@ if HAS_TRITON:
         f_b = f_ptr + b * s_f_b
         x_b = x_ptr + b * s_a_b
         g_b = g_ptr + b * s_f_b
+        if ENT:
+            hu_b = hu_ptr + b * s_a_b
+            hy_b = hy_ptr + b * s_a_b
+            oh_b = oh_ptr + b * s_f_b
+            oy_b = oy_ptr + b * s_f_b
         q = tl.minimum(tl.minimum(tl.cast(j, L.dtype) * A, L), L - 1)
-        # frames differ from this reference by O(1) near q: float32 keeps their differences
-        ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
-        run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
-        run_s = tl.zeros([C_PAD], dtype=tl.float32)
+        if ENT:
+            q = tl.maximum(q, 0)
+            # the segments' frames under the anchor's log Z, the entropies' under this reference
+            ref = tl.load(lz_ptr + b * NA + j)
+            href = tl.load(oh_b + q) + tl.load(oy_b + q + 1)
+            acc = tl.zeros([C_PAD], dtype=tl.float32)
+        else:
+            # frames differ from this reference by O(1) near q: float32 keeps their differences
+            ref = tl.load(f_b + q) + tl.load(g_b + q + 1)
+            run_m = tl.full([C_PAD], 2 * MASK, tl.float32)
+            run_s = tl.zeros([C_PAD], dtype=tl.float32)
         i_lo = 0
         i_hi = tl.minimum(K, q + 1)
         if NS > 1:
@@ -80,8 +99,12 @@ if HAS_TRITON:
         for i in range(i_lo, i_hi):
             s = q - i
             u = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+            if ENT:
+                hu = tl.load(hu_b + s * C + oc, mask=mc, other=0.0)
             s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0)
             fs = tl.load(f_b + s)
+            if ENT:
+                ohs = tl.load(oh_b + s)
             k_hi = tl.minimum(K, L - s)
             me = tl.zeros([C_PAD], dtype=tl.int32)
             if HAS_MASK:
@@ -94,17 +117,28 @@ if HAS_TRITON:
                 if HAS_MASK:
                     m2 = m2 & (e[:, None] <= me[None, :])
                 y = tl.load(x_b + e[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                if ENT:
+                    hy = tl.load(hy_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0)
                 d = tl.load(db_ptr + (k[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
                 seg = (tl.load(cum_b + e[:, None] * C + oc[None, :], mask=m2, other=0.0) - s_s[None, :]).to(tl.float32)
                 fr = (tl.load(g_b + e, mask=vk, other=0.0) + fs - ref).to(tl.float32)
                 z = tl.where(m2, u[None, :] + d + seg + y + fr[:, None], 2 * MASK)
-                nm = tl.maximum(run_m, tl.max(z, 0))
-                run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
-                run_m = nm
-        m = tl.max(run_m, 0)
-        total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
-        lz = m + log_(tl.where(total > 0, total, 1.0))
-        tl.store(out_ptr + (b * NA + j) * NS + part, ref + lz.to(tl.float64))
+                if ENT:
+                    p = tl.where(m2, tl.exp(z), 0.0)
+                    oh = (tl.load(oy_b + e, mask=vk, other=0.0) + ohs - href).to(tl.float32)
+                    acc += tl.sum(tl.where(p > 0, p * (hu[None, :] + hy + oh[:, None] - z), 0.0), 0)
+                else:
+                    nm = tl.maximum(run_m, tl.max(z, 0))
+                    run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
+                    run_m = nm
+        if ENT:
+            H = href + tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
+            tl.store(out_ptr + b * NA + j, H)
+        else:
+            m = tl.max(run_m, 0)
+            total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
+            lz = m + log_(tl.where(total > 0, total, 1.0))
+            tl.store(out_ptr + (b * NA + j) * NS + part, ref + lz.to(tl.float64))
 
     @triton.jit
     def _seg_limit(s, L, K, oc, mc, me_b, C, HAS_MASK: tl.constexpr):
@@ -188,7 +222,7 @@ if HAS_TRITON:
         HAS_MASK: tl.constexpr = False,
         ONE_KB: tl.constexpr = False,  # K <= K_BLOCK: one duration block
         SEG: tl.constexpr = True,  # False: P_start and the duration marginals come from ``_blk_seg_kernel``
-        hanc_ptr=None,  # ENT: (B, NA) float64, H at the anchors (``entropy._entropy_anchor_kernel``)
+        hanc_ptr=None,  # ENT: (B, NA) float64, H at the anchors (``_anchor_kernel`` with ENT)
         h_ptr=None, hu_ptr=None, oh_ptr=None,  # ENT: forward entropy rows h, hU (B, T+1, C), offsets (B, T+1)
         hy_ptr=None, oy_ptr=None,  # ENT: backward entropy rows hY and their offsets
         qst_ptr=None,  # ENT: (B, T, C) float32 out, zero-initialised: Q_start(s, c)
