@@ -706,8 +706,8 @@ def seg_chunks(B: int, T: int, K_eff: int, C: int, groups: int, rows: int, devic
     :func:`marginal_chunks` chunking, or more chunks where those finish sooner. A program's work
     grows with its chunk (each start sums its K durations), chunks of whole tiles cost what their
     padding costs, and the programs run in waves of ``SEG_PROGRAMS_PER_SM`` a multiprocessor, so
-    the time goes as ``waves x chunk``: 6 chunks of 500 at (32, 3000, 960, 47) are 576 programs in
-    2.18 waves (3 in time), 8 of 384 are 768 in 2.91. Chunks of at least one tile, their (K, C)
+    the time goes as ``waves x chunk``: at (32, 3000, 960, 47) the shared 5 chunks of 600 are 480
+    programs in 1.82 waves (2 x 600 in time), 8 chunks of 384 are 768 in 2.91 (3 x 384). Chunks of at least one tile, their (K, C)
     workspace within :data:`SEG_WORKSPACE` floats in all (or the B·T·C bound, if larger), at most
     about 8 waves of programs; the fewest chunks among equal times."""
     ch0, n0 = marginal_chunks(B, T, C, K_eff * C + C * C)  # the backward's shared chunking
@@ -722,7 +722,8 @@ def seg_chunks(B: int, T: int, K_eff: int, C: int, groups: int, rows: int, devic
     # past ~8 waves a part-filled last one costs little: search up to that many programs
     most = min(cap, -(-T // rows), max(n0, -(-8 * slots // max(B * groups, 1))))
     for n in range(n0 + 1, most + 1):
-        ch = -(-(-(-T // n)) // rows) * rows  # T / n, rounded up to whole tiles
+        ch = -(-T // n)
+        ch = -(-ch // rows) * rows  # rounded up to whole tiles
         c = cost(ch)
         if c < best:
             best, best_ch = c, ch
