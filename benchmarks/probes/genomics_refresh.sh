@@ -2,6 +2,8 @@
 # Device calls (issue 25, GPU_NOTES 84): `bench_genomics.py` rerun whole on today's code, so that the
 # committed genomics results and their plot are one engine's numbers (both engines in one run).
 #   PART=a  engines (old engine where its forward takes at most 4 s), accuracy, fix-up counts;
+#   PART=e  engines only, one process a shape (SHAPES, indices into bench_genomics.SHAPES; default
+#           0,1,2,3), each its own genomics_e<i>.json, so that a call cut short keeps the shapes it ran
 #   PART=b  the gene model's inputs (the GHMM over GeneGrammar, order 3, smoothing 2, K = 960, the
 #           8 longest genes.gb.test loci; needs .gpu/gene_data and the biopython wheel in .whl),
 #           its section, then the K·C sweep.
@@ -9,7 +11,16 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
-if [ "${PART:-a}" = a ]; then
+if [ "${PART:-a}" = e ]; then
+  for i in $(echo ${SHAPES:-0,1,2,3} | tr , ' '); do
+    left=$(( ${LIMIT:-570} - ($(date +%s) - t0) ))
+    [ $left -lt 30 ] && break
+    timeout $left python3 benchmarks/bench_genomics.py --out $OUT/genomics_e$i.json --only engines --shapes $i \
+        --old-max-s 4 > $OUT/genomics_e$i.log 2>&1
+    echo "e$i rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+    tail -4 $OUT/genomics_e$i.log
+  done
+elif [ "${PART:-a}" = a ]; then
   timeout 570 python3 benchmarks/bench_genomics.py --out $OUT/genomics_a.json --only engines,accuracy,fixups \
       --old-max-s 4 > $OUT/genomics_a.log 2>&1
   echo "a rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
