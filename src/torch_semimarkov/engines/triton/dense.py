@@ -2,9 +2,11 @@
 entropy, masks): one program per sequence walks its positions, forming the (K, C+1, C) edges of
 one position in tiles of ``K_BLK`` durations and never storing them.
 
-* :func:`dense_alpha_kernel`: forward messages ``alpha`` (and, with ``EXPECT``, the expected
-  prefix score ``Ea`` of the expectation semiring) at every position;
-* :func:`dense_beta_kernel`: backward messages ``beta`` (and, with ``EXPECT``, ``Eb``).
+* :func:`dense_kernel`: forward messages ``alpha`` (and, with ``EXPECT``, the expected prefix
+  score ``Ea`` of the expectation semiring) at every position; with ``REVERSE`` the backward
+  messages ``beta`` (and ``Eb``);
+* :func:`factored_kernel`: the same for a (C, C) transition, factored into a label step and a
+  sum over durations.
 
 Layout (that of ``engines/torch/dense.py`` ``_Model``): every per-position tensor has ``P = T + 1 + 2K`` rows,
 position p at row ``p + K``; messages have C+1 columns, the last being the first segment's
@@ -78,64 +80,76 @@ if HAS_TRITON:
         return x, j, mk
 
     @triton.jit
-    def factored_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
-                              U_ptr, EU_ptr, P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr,
-                              K_BLK: tl.constexpr, C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
-        """alpha for a (C, C) transition (tr_ptr: (C+1, C), the last row the phantom one), factored:
-        ``U_s(c) = lse_c' alpha_s(c') + Tr[c', c]`` once per position, then ``alpha_t(c) =
-        lse_k U_{t-k}(c) + seg``; O(K·C + C²) a position instead of O(K·C²)."""
-        b = tl.program_id(0)
-        L = tl.load(len_ptr + b)
-        ok = tl.arange(0, K_BLK)
-        oc = tl.arange(0, C_PAD)
-        op = tl.arange(0, C1_PAD)
-        mc = oc < C
-        mp = op < C + 1
-        tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
-        for t in range(1, L + 1):
-            i = t + K
-            # U and its expectation for position t-1 (row i-1)
-            a = tl.load(A_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=MASK_K)
-            x = tl.maximum(a[:, None] + tr, MASK_K)
-            u = tl.maximum(lse_rows(x), MASK_K)
-            tl.store(U_ptr + (b * P + i - 1) * C + oc, u, mask=mc)
-            if EXPECT:
-                ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
-                wu = tl.where((x > -1e29), tl.exp(x - u[None, :]), 0.0)
-                eu = _normalised(tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0), tl.sum(wu, 0))
-                tl.store(EU_ptr + (b * P + i - 1) * C + oc, eu, mask=mc)
-            run_m = tl.full([C_PAD], MASK_K, tl.float64)
-            run_s = tl.zeros([C_PAD], tl.float64)
-            for k0 in range(0, K, K_BLK):
-                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
-                                       ok, oc, mc, True, HAS_MIN)
-                uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=mk[:, None] & mc[None, :],
-                             other=MASK_K)
-                y = tl.maximum(uj + seg, MASK_K)
-                run_m, run_s = online_lse(run_m, run_s, y)
-            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
-            tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
-            if EXPECT:
-                acc = tl.zeros([C_PAD], tl.float64)
-                wsum = tl.zeros([C_PAD], tl.float64)
-                for k0 in range(0, K, K_BLK):
-                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
-                                           ms_ptr, ok, oc, mc, True, HAS_MIN)
-                    m2 = mk[:, None] & mc[None, :]
-                    uj = tl.load(U_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=MASK_K)
-                    euj = tl.load(EU_ptr + (b * P + j)[:, None] * C + oc[None, :], mask=m2, other=0.0)
-                    ok2 = (uj > -1e29) & (seg > -1e29)
-                    w = tl.where(ok2, tl.exp(tl.maximum(uj + seg, MASK_K) - alpha[None, :]), 0.0)
-                    acc += tl.sum(w * (euj + tl.where(ok2, seg, 0.0)), 0)
-                    wsum += tl.sum(w, 0)
-                acc = _normalised(acc, wsum)
-                tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
+    def _positions(L, REVERSE: tl.constexpr):
+        """The loop over a sequence's positions: ``range(lo, hi)`` of the loop variable r, whose
+        position is :func:`_position` (forward 1 .. L, beta L-1 .. 0)."""
+        if REVERSE:
+            lo = 0
+            hi = L
+        else:
+            lo = 1
+            hi = L + 1
+        return lo, hi
 
     @triton.jit
-    def factored_beta_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, B_ptr, E_ptr,
-                             P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
-                             C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
-        """beta for a (C, C) transition, factored: ``V_s(c) = lse_k seg + beta_{s+k}(c)``, then
+    def _position(r, L, REVERSE: tl.constexpr):
+        if REVERSE:
+            return L - 1 - r
+        else:
+            return r
+
+    @triton.jit
+    def _dur_lse(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, msg_ptr, MS, ok, oc, mc,
+                 REVERSE: tl.constexpr, HAS_MIN: tl.constexpr, K_BLK: tl.constexpr, C_PAD: tl.constexpr):
+        """The factored recurrences' sum over durations at row i: forward ``lse_k U_{t-k}(c) + seg``
+        (``msg_ptr`` the U rows, MS = C values a row), beta ``lse_k seg + beta_{s+k}(c)`` (the beta
+        rows, MS = C + 1)."""
+        run_m = tl.full([C_PAD], MASK_K, tl.float64)
+        run_s = tl.zeros([C_PAD], tl.float64)
+        for k0 in range(0, K, K_BLK):
+            seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc,
+                                   mc, not REVERSE, HAS_MIN)
+            m = tl.load(msg_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=mk[:, None] & mc[None, :], other=MASK_K)
+            if REVERSE:
+                y = tl.maximum(seg + m, MASK_K)
+            else:
+                y = tl.maximum(m + seg, MASK_K)
+            run_m, run_s = online_lse(run_m, run_s, y)
+        return online_lse_value(run_m, run_s, run_m > -1e29)
+
+    @triton.jit
+    def _dur_expect(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, msg_ptr, em_ptr, MS, val,
+                    ok, oc, mc, REVERSE: tl.constexpr, HAS_MIN: tl.constexpr, K_BLK: tl.constexpr,
+                    C_PAD: tl.constexpr):
+        """The expectation over the durations of :func:`_dur_lse` (whose value is ``val``): each
+        term weighted ``exp(term - val)``, with the other end's expected score (``em_ptr``) plus the
+        segment's score."""
+        acc = tl.zeros([C_PAD], tl.float64)
+        wsum = tl.zeros([C_PAD], tl.float64)
+        for k0 in range(0, K, K_BLK):
+            seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc,
+                                   mc, not REVERSE, HAS_MIN)
+            m2 = mk[:, None] & mc[None, :]
+            m = tl.load(msg_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=m2, other=MASK_K)
+            em = tl.load(em_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=m2, other=0.0)
+            ok2 = (m > -1e29) & (seg > -1e29)
+            if REVERSE:
+                w = tl.where(ok2, tl.exp(tl.maximum(seg + m, MASK_K) - val[None, :]), 0.0)
+            else:
+                w = tl.where(ok2, tl.exp(tl.maximum(m + seg, MASK_K) - val[None, :]), 0.0)
+            acc += tl.sum(w * (em + tl.where(ok2, seg, 0.0)), 0)
+            wsum += tl.sum(w, 0)
+        return _normalised(acc, wsum)
+
+    @triton.jit
+    def factored_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, M_ptr, E_ptr,
+                        U_ptr, EU_ptr, P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                        C_PAD: tl.constexpr, C1_PAD: tl.constexpr, REVERSE: tl.constexpr = False):
+        """alpha (``M_ptr``; ``REVERSE``: beta) for a (C, C) transition (tr_ptr: (C+1, C), the last
+        row the phantom one), factored; O(K·C + C²) a position instead of O(K·C²). Forward: ``U_s(c)
+        = lse_c' alpha_s(c') + Tr[c', c]`` once per position (into the scratch rows ``U_ptr``, with
+        its expectation in ``EU_ptr``), then ``alpha_t(c) = lse_k U_{t-k}(c) + seg``. Beta (no
+        scratch: ``U_ptr`` / ``EU_ptr`` None): ``V_s(c) = lse_k seg + beta_{s+k}(c)``, then
         ``beta_s(c') = lse_c Tr[c', c] + V_s(c)``."""
         b = tl.program_id(0)
         L = tl.load(len_ptr + b)
@@ -145,46 +159,77 @@ if HAS_TRITON:
         mc = oc < C
         mp = op < C + 1
         tr = tl.load(tr_ptr + op[:, None] * C + oc[None, :], mask=mp[:, None] & mc[None, :], other=MASK_K)
-        tl.store(B_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
-        for r in range(0, L):
-            s = L - 1 - r
-            i = s + K
-            run_m = tl.full([C_PAD], MASK_K, tl.float64)
-            run_s = tl.zeros([C_PAD], tl.float64)
-            for k0 in range(0, K, K_BLK):
-                seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr,
-                                       ok, oc, mc, False, HAS_MIN)
-                nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
-                              other=MASK_K)
-                y = tl.maximum(seg + nxt, MASK_K)
-                run_m, run_s = online_lse(run_m, run_s, y)
-            v = online_lse_value(run_m, run_s, run_m > -1e29)
-            x = tl.maximum(tr + v[None, :], MASK_K)  # (C1_PAD, C_PAD)
-            beta = tl.maximum(lse_cols(x), MASK_K)
-            tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
-            if EXPECT:
-                ev = tl.zeros([C_PAD], tl.float64)
-                vsum = tl.zeros([C_PAD], tl.float64)
-                for k0 in range(0, K, K_BLK):
-                    seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr,
-                                           ms_ptr, ok, oc, mc, False, HAS_MIN)
-                    m2 = mk[:, None] & mc[None, :]
-                    nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=MASK_K)
-                    ebn = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=m2, other=0.0)
-                    ok2 = (nxt > -1e29) & (seg > -1e29)
-                    w = tl.where(ok2, tl.exp(tl.maximum(seg + nxt, MASK_K) - v[None, :]), 0.0)
-                    ev += tl.sum(w * (ebn + tl.where(ok2, seg, 0.0)), 0)
-                    vsum += tl.sum(w, 0)
-                ev = _normalised(ev, vsum)
-                okx = x > -1e29
-                w2 = tl.where(okx, tl.exp(x - beta[:, None]), 0.0)
-                eb = _normalised(tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1), tl.sum(w2, 1))
-                tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, eb, 0.0), mask=mp)
+        if REVERSE:
+            tl.store(M_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
+        lo, hi = _positions(L, REVERSE)
+        for r in range(lo, hi):
+            i = _position(r, L, REVERSE) + K
+            if REVERSE:
+                v = _dur_lse(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, M_ptr, C + 1, ok,
+                             oc, mc, True, HAS_MIN, K_BLK, C_PAD)
+                x = tl.maximum(tr + v[None, :], MASK_K)  # (C1_PAD, C_PAD)
+                beta = tl.maximum(lse_cols(x), MASK_K)
+                tl.store(M_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
+                if EXPECT:
+                    ev = _dur_expect(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, M_ptr,
+                                     E_ptr, C + 1, v, ok, oc, mc, True, HAS_MIN, K_BLK, C_PAD)
+                    okx = x > -1e29
+                    w2 = tl.where(okx, tl.exp(x - beta[:, None]), 0.0)
+                    eb = _normalised(tl.sum(w2 * (tl.where(okx, tr, 0.0) + ev[None, :]), 1), tl.sum(w2, 1))
+                    tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, eb, 0.0), mask=mp)
+            else:
+                # U and its expectation for position t-1 (row i-1)
+                a = tl.load(M_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=MASK_K)
+                x = tl.maximum(a[:, None] + tr, MASK_K)
+                u = tl.maximum(lse_rows(x), MASK_K)
+                tl.store(U_ptr + (b * P + i - 1) * C + oc, u, mask=mc)
+                if EXPECT:
+                    ea = tl.load(E_ptr + (b * P + i - 1) * (C + 1) + op, mask=mp, other=0.0)
+                    wu = tl.where((x > -1e29), tl.exp(x - u[None, :]), 0.0)
+                    eu = _normalised(tl.sum(wu * (ea[:, None] + tl.where(x > -1e29, tr, 0.0)), 0), tl.sum(wu, 0))
+                    tl.store(EU_ptr + (b * P + i - 1) * C + oc, eu, mask=mc)
+                alpha = _dur_lse(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, U_ptr, C, ok,
+                                 oc, mc, False, HAS_MIN, K_BLK, C_PAD)
+                tl.store(M_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
+                if EXPECT:
+                    acc = _dur_expect(i, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, U_ptr,
+                                      EU_ptr, C, alpha, ok, oc, mc, False, HAS_MIN, K_BLK, C_PAD)
+                    tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
 
     @triton.jit
-    def dense_alpha_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, A_ptr, E_ptr,
-                           P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
-                           C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
+    def _other(m, REVERSE: tl.constexpr):
+        """The other end's messages (K_BLK, cols) against the (K_BLK, C1_PAD, C_PAD) edge tile:
+        forward the predecessor labels (axis 1), beta the successor labels (axis 2)."""
+        if REVERSE:
+            return m[:, None, :]
+        else:
+            return m[:, :, None]
+
+    @triton.jit
+    def _own(v, REVERSE: tl.constexpr):
+        """This position's values against the edge tile: forward per label (axis 2), beta per
+        predecessor label (axis 1)."""
+        if REVERSE:
+            return v[None, :, None]
+        else:
+            return v[None, None, :]
+
+    @triton.jit
+    def _sum_other(x, REVERSE: tl.constexpr):
+        """An edge tile summed over its durations and the other end's labels."""
+        if REVERSE:
+            return tl.sum(tl.sum(x, 2), 0)
+        else:
+            return tl.sum(tl.sum(x, 0), 0)
+
+    @triton.jit
+    def dense_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, M_ptr, E_ptr,
+                     P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
+                     C_PAD: tl.constexpr, C1_PAD: tl.constexpr, REVERSE: tl.constexpr = False):
+        """alpha (``M_ptr``; ``REVERSE``: beta) over the (K, C+1, C) edges of each position, formed
+        in tiles of K_BLK durations (a (K, C, C) transition, or a (C, C) one with ``factored_off``):
+        forward per label c over (duration, predecessor label), beta per predecessor label c' over
+        (duration, label); with ``EXPECT`` the expected prefix (suffix) score in ``E_ptr``."""
         b = tl.program_id(0)
         L = tl.load(len_ptr + b)
         ok = tl.arange(0, K_BLK)
@@ -192,77 +237,46 @@ if HAS_TRITON:
         op = tl.arange(0, C1_PAD)
         mc = oc < C
         mp = op < C + 1
-        for t in range(1, L + 1):
+        if REVERSE:
+            # per predecessor label (C+1 values, the phantom one last), from the successors' (C)
+            own, mown, ot, mot = op, mp, oc, mc
+            tl.store(M_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
+        else:
+            own, mown, ot, mot = oc, mc, op, mp
+        lo, hi = _positions(L, REVERSE)
+        for r in range(lo, hi):
+            t = _position(r, L, REVERSE)
             i = t + K
-            run_m = tl.full([C_PAD], MASK_K, tl.float64)
-            run_s = tl.zeros([C_PAD], tl.float64)
+            run_m = tl.full(own.shape, MASK_K, tl.float64)
+            run_s = tl.zeros(own.shape, tl.float64)
             for k0 in range(0, K, K_BLK):
                 x, j, mk = _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
-                                 ms_ptr, ok, oc, op, mc, mp, True, HAS_MIN)
-                prev = tl.load(A_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mk[:, None] & mp[None, :],
-                               other=MASK_K)
-                x = tl.maximum(x + prev[:, :, None], MASK_K)
-                run_m, run_s = online_lse(run_m, run_s, tl.reshape(x, (K_BLK * C1_PAD, C_PAD)))
-            alpha = online_lse_value(run_m, run_s, run_m > -1e29)
-            tl.store(A_ptr + (b * P + i) * (C + 1) + oc, alpha, mask=mc)
+                                 ms_ptr, ok, oc, op, mc, mp, not REVERSE, HAS_MIN)
+                m = tl.load(M_ptr + (b * P + j)[:, None] * (C + 1) + ot[None, :], mask=mk[:, None] & mot[None, :],
+                            other=MASK_K)
+                x = tl.maximum(x + _other(m, REVERSE), MASK_K)
+                if REVERSE:
+                    x = tl.reshape(tl.permute(x, (0, 2, 1)), (K_BLK * C_PAD, C1_PAD))
+                else:
+                    x = tl.reshape(x, (K_BLK * C1_PAD, C_PAD))
+                run_m, run_s = online_lse(run_m, run_s, x)
+            val = online_lse_value(run_m, run_s, run_m > -1e29)
+            tl.store(M_ptr + (b * P + i) * (C + 1) + own, val, mask=mown)
             if EXPECT:
-                acc = tl.zeros([C_PAD], tl.float64)
-                wsum = tl.zeros([C_PAD], tl.float64)
+                acc = tl.zeros(own.shape, tl.float64)
+                wsum = tl.zeros(own.shape, tl.float64)
                 for k0 in range(0, K, K_BLK):
                     x, j, mk = _tile(t, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
-                                     ms_ptr, ok, oc, op, mc, mp, True, HAS_MIN)
-                    mm = mk[:, None] & mp[None, :]
-                    prev = tl.load(A_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mm, other=MASK_K)
-                    ea = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + op[None, :], mask=mm, other=0.0)
-                    w = tl.exp(tl.maximum(x + prev[:, :, None], MASK_K) - alpha[None, None, :])
-                    w = tl.where((x > -1e29) & (prev[:, :, None] > -1e29), w, 0.0)
-                    acc += tl.sum(tl.sum(w * (ea[:, :, None] + tl.where(x > -1e29, x, 0.0)), 0), 0)
-                    wsum += tl.sum(tl.sum(w, 0), 0)
+                                     ms_ptr, ok, oc, op, mc, mp, not REVERSE, HAS_MIN)
+                    mm = mk[:, None] & mot[None, :]
+                    m = tl.load(M_ptr + (b * P + j)[:, None] * (C + 1) + ot[None, :], mask=mm, other=MASK_K)
+                    em = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + ot[None, :], mask=mm, other=0.0)
+                    w = tl.exp(tl.maximum(x + _other(m, REVERSE), MASK_K) - _own(val, REVERSE))
+                    w = tl.where((x > -1e29) & (_other(m, REVERSE) > -1e29), w, 0.0)
+                    acc += _sum_other(w * (_other(em, REVERSE) + tl.where(x > -1e29, x, 0.0)), REVERSE)
+                    wsum += _sum_other(w, REVERSE)
                 acc = _normalised(acc, wsum)
-                tl.store(E_ptr + (b * P + i) * (C + 1) + oc, tl.where(alpha > -1e29, acc, 0.0), mask=mc)
-
-    @triton.jit
-    def dense_beta_kernel(S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr, ms_ptr, len_ptr, B_ptr, E_ptr,
-                          P, K, C, HAS_MIN: tl.constexpr, EXPECT: tl.constexpr, K_BLK: tl.constexpr,
-                          C_PAD: tl.constexpr, C1_PAD: tl.constexpr):
-        b = tl.program_id(0)
-        L = tl.load(len_ptr + b)
-        ok = tl.arange(0, K_BLK)
-        oc = tl.arange(0, C_PAD)
-        op = tl.arange(0, C1_PAD)
-        mc = oc < C
-        mp = op < C + 1
-        tl.store(B_ptr + (b * P + L + K) * (C + 1) + op, tl.zeros([C1_PAD], tl.float64), mask=mp)
-        for r in range(0, L):
-            s = L - 1 - r
-            i = s + K
-            run_m = tl.full([C1_PAD], MASK_K, tl.float64)
-            run_s = tl.zeros([C1_PAD], tl.float64)
-            for k0 in range(0, K, K_BLK):
-                x, j, mk = _tile(s, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
-                                 ms_ptr, ok, oc, op, mc, mp, False, HAS_MIN)
-                nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mk[:, None] & mc[None, :],
-                              other=MASK_K)
-                x = tl.maximum(x + nxt[:, None, :], MASK_K)
-                x = tl.reshape(tl.permute(x, (0, 2, 1)), (K_BLK * C_PAD, C1_PAD))
-                run_m, run_s = online_lse(run_m, run_s, x)
-            beta = online_lse_value(run_m, run_s, run_m > -1e29)
-            tl.store(B_ptr + (b * P + i) * (C + 1) + op, beta, mask=mp)
-            if EXPECT:
-                acc = tl.zeros([C1_PAD], tl.float64)
-                vsum = tl.zeros([C1_PAD], tl.float64)
-                for k0 in range(0, K, K_BLK):
-                    x, j, mk = _tile(s, i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, tr_ptr, sadd_ptr, eadd_ptr,
-                                     ms_ptr, ok, oc, op, mc, mp, False, HAS_MIN)
-                    mm = mk[:, None] & mc[None, :]
-                    nxt = tl.load(B_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mm, other=MASK_K)
-                    eb = tl.load(E_ptr + (b * P + j)[:, None] * (C + 1) + oc[None, :], mask=mm, other=0.0)
-                    v = tl.exp(tl.maximum(x + nxt[:, None, :], MASK_K) - beta[None, :, None])
-                    v = tl.where((x > -1e29) & (nxt[:, None, :] > -1e29), v, 0.0)
-                    acc += tl.sum(tl.sum(v * (eb[:, None, :] + tl.where(x > -1e29, x, 0.0)), 2), 0)
-                    vsum += tl.sum(tl.sum(v, 2), 0)
-                acc = _normalised(acc, vsum)
-                tl.store(E_ptr + (b * P + i) * (C + 1) + op, tl.where(beta > -1e29, acc, 0.0), mask=mp)
+                tl.store(E_ptr + (b * P + i) * (C + 1) + own, tl.where(val > -1e29, acc, 0.0), mask=mown)
 
 
 def run_dense(model, which: str, expect: bool = False, factored_off: bool = False):
@@ -296,14 +310,12 @@ def run_dense(model, which: str, expect: bool = False, factored_off: bool = Fals
         # (C, C): the transition of every duration is the same; the factored recurrence
         tr = args[4][0].contiguous()  # (C+1, C)
         args = args[:4] + (tr,) + args[5:]
+        scratch = (None, None)  # beta's label step needs no rows of its own
         if which == "alpha":
             scratch = (torch.full((B, P, C), MASK, dtype=torch.float64, device=dev),
                        torch.zeros((B, P, C), dtype=torch.float64, device=dev))
-            factored_alpha_kernel[(B,)](*args[:11], *scratch, *args[11:], K_BLK=K_BLK, **meta)
-        else:
-            factored_beta_kernel[(B,)](*args, K_BLK=K_BLK, **meta)
+        factored_kernel[(B,)](*args[:11], *scratch, *args[11:], K_BLK=K_BLK, REVERSE=which != "alpha", **meta)
     else:
-        kernel = dense_alpha_kernel if which == "alpha" else dense_beta_kernel
-        kernel[(B,)](*args, K_BLK=K_BLK, **meta)
+        dense_kernel[(B,)](*args, K_BLK=K_BLK, REVERSE=which != "alpha", **meta)
     M = torch.where(M > -1e29, M, torch.full_like(M, float("-inf")))
     return (M, E) if expect else M
