@@ -226,10 +226,7 @@ if HAS_TRITON:
                     clean_prev = clean
                 else:
                     if PHASE == 3:
-                        if REVERSE:
-                            if live:
-                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                        else:
+                        if live:
                             clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                 # the next chunk reads what this one stored (end state, flags) from other threads
                 tl.debug_barrier()
@@ -386,10 +383,7 @@ if HAS_TRITON:
                     clean_prev = clean
                 else:
                     if PHASE == 3:
-                        if REVERSE:
-                            if live:
-                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                        else:
+                        if live:
                             clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                 # the next chunk reads what this one stored (end state, flags) from other threads
                 tl.debug_barrier()

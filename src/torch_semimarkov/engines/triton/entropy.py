@@ -440,10 +440,7 @@ if HAS_TRITON:
                     clean_prev = clean
                 else:
                     if PHASE == 3:
-                        if REVERSE:
-                            if live:
-                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
-                        else:
+                        if live:
                             clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
                 tl.debug_barrier()
 
