@@ -41,6 +41,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import chunk_clean, record_rerun, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
 
@@ -1046,25 +1047,22 @@ if HAS_TRITON:
                                 _fix_prefix_frames(f_b, q_last, start + 1, delta, 256)
                             else:
                                 _fix_prefix_frames(f_b, start, q_last + 1, delta, 256)
-                            clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                            clean = chunk_clean(src_ptr, row, j)
                         else:
                             e = half + row + j
                             _blk_save_end(e32 + e * E32, e64 + e * E64, stop, st, F, start, r_b, f_b, in32, in64,
                                           C, K, oc, mc, orr, True, C_PAD, RB, REVERSE)
-                            tl.store(src_ptr + row + j, 2)
-                            clean = conv.to(tl.int32) * 0
+                            clean = rerun_owns_end(src_ptr, row, j, conv)
                             if not REVERSE:
                                 if b == L:
                                     tl.store(a_b + L * C + oc, st, mask=mc)
                                     tl.store(f_b + L, F)
-                        tl.store(st_ptr + row + j, conv.to(tl.int32))
-                        tl.store(dl_ptr + row + j, delta)
-                        tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                        record_rerun(st_ptr, dl_ptr, cv_ptr, row, j, conv, delta, steps)
                         clean_prev = clean
                     else:
                         if PHASE == 3:
                             if live:
-                                clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                                clean_prev = chunk_clean(src_ptr, row, j)
                                 if HELPERS > 0:
                                     if not INLINE:
                                         # the repair's helpers pass this chunk too

@@ -25,7 +25,8 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton import forward as _fw
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition
-    from torch_semimarkov.engines.triton.common import log_, sweep_chunk, sweep_start
+    from torch_semimarkov.engines.triton.common import chunk_clean, log_, passed_clean, record_rerun, rerun_owns_end
+    from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
     def _run(a, b, L, k_max, ring, rfr, extra, st, F, cum_b, ps_b, pe_b, r_b, a_b, f_b, bp_b, M, d0, u0,
@@ -208,26 +209,21 @@ if HAS_TRITON:
                             _bw._fix_suffix_frames(f_b, edge, b, delta, 256)
                         else:
                             _fw._fix_prefix_frames(f_b, a, edge, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        clean = chunk_clean(src_ptr, row, j)
                     else:
                         # an exact rerun that did not converge: its rows are the stored ones now
                         e = half + row + j
                         p32, p64, pb = _slot(e32, e64, eb, e, E32, E64, EB, REVERSE)
                         _save(p32, p64, pb, live, ring, st, rfr, F, extra, oj, oc, C_PAD, K_PAD, IS_MAX, REVERSE)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
+                        clean = rerun_owns_end(src_ptr, row, j, conv)
                         if not REVERSE:
                             if b == L:
                                 tl.store(a_b + L * C + oc, st, mask=mc)
                                 tl.store(f_b + L + oj * 0, tl.zeros([K_PAD], tl.float64) + F, mask=oj == 0)
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    record_rerun(st_ptr, dl_ptr, cv_ptr, row, j, conv, delta, steps)
                     clean_prev = clean
                 else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    clean_prev = passed_clean(clean_prev, live, src_ptr, row, j, PHASE)
                 # the next chunk reads what this one stored (end state, flags) from other threads
                 tl.debug_barrier()
 
@@ -369,21 +365,16 @@ if HAS_TRITON:
                             _bw._fix_suffix_frames(f_b, edge, b, delta, 256)
                         else:
                             _fw._fix_prefix_frames(f_b, a, edge + 1, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        clean = chunk_clean(src_ptr, row, j)
                     else:
                         # an exact rerun that did not converge: its rows are the stored ones now
                         e = half + row + j
                         _dur_save(e32 + e * E32, e64 + e * K, a, b, st, F, r_b, f_b, s32, s64, K, C, oc, mc, C_PAD,
                                   REVERSE)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                        clean = rerun_owns_end(src_ptr, row, j, conv)
+                    record_rerun(st_ptr, dl_ptr, cv_ptr, row, j, conv, delta, steps)
                     clean_prev = clean
                 else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    clean_prev = passed_clean(clean_prev, live, src_ptr, row, j, PHASE)
                 # the next chunk reads what this one stored (end state, flags) from other threads
                 tl.debug_barrier()

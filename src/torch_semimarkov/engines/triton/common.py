@@ -220,3 +220,33 @@ if HAS_TRITON:
             sp = tl.load(src_ptr + row + nbr, mask=redo, other=1, cache_modifier=CM)
         e = (sp - 1) * half + row + nbr
         return j, a, b, live, redo, e
+
+    @triton.jit
+    def chunk_clean(src_ptr, row, j):
+        """1 if chunk j's stored rows end in its speculative end state (``src_ptr`` 1), else 0: a
+        repair may pass the chunk after a clean one."""
+        return (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+
+    @triton.jit
+    def rerun_owns_end(src_ptr, row, j, conv):
+        """A rerun of chunk j that did not converge: its own end state (saved in the second buffer)
+        now ends the chunk's stored rows (``src_ptr`` 2), so the chunk is not clean: returns 0."""
+        tl.store(src_ptr + row + j, 2)
+        return conv.to(tl.int32) * 0
+
+    @triton.jit
+    def record_rerun(st_ptr, dl_ptr, cv_ptr, row, j, conv, delta, steps):
+        """A rerun's outcome for the host: converged (1 / 0), the offset delta of the chunk's system
+        over its predecessor's, and the positions it ran."""
+        tl.store(st_ptr + row + j, conv.to(tl.int32))
+        tl.store(dl_ptr + row + j, delta)
+        tl.store(cv_ptr + row + j, steps.to(tl.int32))
+
+    @triton.jit
+    def passed_clean(clean_prev, live, src_ptr, row, j, PHASE: tl.constexpr):
+        """``clean_prev`` after a chunk the sweep did not rerun: in the repair, a live chunk's own
+        :func:`chunk_clean`."""
+        if PHASE == 3:
+            if live:
+                clean_prev = chunk_clean(src_ptr, row, j)
+        return clean_prev

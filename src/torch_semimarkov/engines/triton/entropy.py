@@ -45,6 +45,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import load_transition
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import chunk_clean, passed_clean, record_rerun, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
 
@@ -424,24 +425,19 @@ if HAS_TRITON:
                             _fix_suffix_frames(fh_b, edge, b, delta, 256)
                         else:
                             _fix_prefix_frames(fh_b, a, edge, delta, 256)
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        clean = chunk_clean(src_ptr, row, j)
                     else:
                         e = half + row + j
                         _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
-                        tl.store(src_ptr + row + j, 2)
-                        clean = conv.to(tl.int32) * 0
+                        clean = rerun_owns_end(src_ptr, row, j, conv)
                         if not REVERSE:
                             if b == L:
                                 tl.store(h_b + L * C + oc, h, mask=mc)
                                 tl.store(fh_b + L, Fh)
-                    tl.store(st_ptr + row + j, conv.to(tl.int32))
-                    tl.store(dl_ptr + row + j, delta)
-                    tl.store(cv_ptr + row + j, steps.to(tl.int32))
+                    record_rerun(st_ptr, dl_ptr, cv_ptr, row, j, conv, delta, steps)
                     clean_prev = clean
                 else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    clean_prev = passed_clean(clean_prev, live, src_ptr, row, j, PHASE)
                 tl.debug_barrier()
 
 

@@ -32,6 +32,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K, log_
     from torch_semimarkov.engines.triton.common import seq_length
+    from torch_semimarkov.engines.triton.common import chunk_clean, passed_clean, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
 
     @triton.jit
@@ -386,19 +387,16 @@ if HAS_TRITON:
                     t, c, merged = _walk(t, c, a, bp_b, lab_b, st_b, mk_b, C, ok, K_BLOCK, True, SAMPLE, a_b, w_b, f_b,
                                          cum_b, tr_ptr, db_ptr, u_r, K, C_PAD, KCC, ps_b, HAS_PS)
                     if merged != 0:
-                        clean = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                        clean = chunk_clean(src_ptr, row, j)
                     else:
                         ex = ex_ptr + (half + row + j) * 3
                         tl.store(ex, t)
                         tl.store(ex + 1, c)
                         tl.store(ex + 2, _exit_label(lab_b, a))
-                        tl.store(src_ptr + row + j, 2)
-                        clean = merged * 0
+                        clean = rerun_owns_end(src_ptr, row, j, merged)
                     tl.store(stt_ptr + row + j, merged)
                     clean_prev = clean
                 else:
-                    if PHASE == 3:
-                        if live:
-                            clean_prev = (tl.load(src_ptr + row + j) == 1).to(tl.int32)
+                    clean_prev = passed_clean(clean_prev, live, src_ptr, row, j, PHASE)
                 # the next chunk reads what this one stored (end state, flags) from other threads
                 tl.debug_barrier()
