@@ -8,7 +8,9 @@
 #           8 longest genes.gb.test loci; needs .gpu/gene_data and the biopython wheel in .whl),
 #           its section, then the K·C sweep.
 #     PART=a bash benchmarks/probes/genomics_refresh.sh      (carry .gpu and .whl; results under $OUT)
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:/tmp/site
+# SRC: the package's source to measure (default ./src; e.g. .gpu/head/src, a committed tree carried beside a
+# working tree in progress)
+export PYTHONUNBUFFERED=1 PYTHONPATH=${SRC:-$PWD/src}:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 if [ "${PART:-a}" = e ]; then
