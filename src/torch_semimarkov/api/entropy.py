@@ -164,14 +164,15 @@ class _EngineEntropy(torch.autograd.Function):
 
 def _entropy_engine(inp: StreamingInputs, lm, bm, engine: str = "may"):
     """``(plan, masks, proj_start)`` of an entropy with its gradient on the engine (the
-    time-parallel register-ring plan of a (C, C) transition, the chunked direct recurrence of a
-    (K, C, C) one), or None (the float64 path)."""
+    time-parallel register-ring plan of a (C, C) transition, or the blocked engine's where its
+    ring is too large for registers; the chunked direct recurrence of a (K, C, C) one), or None
+    (the float64 path)."""
     if lm is not None or bm is not None:
-        return engine_masks(inp, lm, bm, engine=engine, blocked=False, any_transition=True)
+        return engine_masks(inp, lm, bm, engine=engine, blocked=True, any_transition=True)
     if engine == "no" or not engine_takes(inp, any_transition=True):
         return None
     from torch_semimarkov.engines.triton.plan import masked_plan
-    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device,
+    plan = masked_plan(inp.batch, inp.T, inp.K, inp.C, device=inp.cum_scores.device, blocked=True,
                        duration_transitions=inp.duration_transitions)
     if plan is None:
         refuse(engine, "the entropy's gradient")

@@ -125,6 +125,12 @@ def test_every_kernel_variant_compiles_for_sm90(monkeypatch, tmp_path):
     semi_crf_streaming_topk(**inp, k=5, backend="triton")
     grad_inp = dict(inp, cum_scores=inp["cum_scores"].clone().requires_grad_(True))
     semi_crf_streaming_entropy(**grad_inp, backend="triton").sum().backward()  # the entropy kernels
+    # the entropy's gradient of a ring too large for registers: the blocked engine's rows, then the
+    # recurrences with their ring in memory (MEM), masked too
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    semi_crf_streaming_entropy(**grad_inp, backend="triton").sum().backward()
+    semi_crf_streaming_entropy(**grad_inp, label_mask=lm, backend="triton").sum().backward()
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", False)
     # a (K, C, C) transition: masks on the direct recurrence (forward, beta, marginals, Viterbi), the
     # entropy's value (masked too) and its gradient (the ENT variants of the chunk, anchor and
     # marginal kernels), two chunks each (chunks of 6)

@@ -108,14 +108,18 @@ def _float64_entropy_and_grads(monkeypatch, ref, masks):
     return H.detach(), {k: leaves[k].grad for k in names}
 
 
-@pytest.mark.parametrize("proj,forbid,masked,kcc", [(False, False, False, False), (True, True, True, False),
-                                                   (False, False, False, True), (True, True, True, True),
-                                                   (True, False, False, True)])
-def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engine, proj, forbid, masked, kcc):
+@pytest.mark.parametrize("proj,forbid,masked,kcc,blocked", [
+    (False, False, False, False, False), (True, True, True, False, False), (False, False, False, True, False),
+    (True, True, True, True, False), (True, False, False, True, False), (True, True, False, False, True),
+    (False, False, True, False, True)])
+def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engine, proj, forbid, masked, kcc,
+                                                         blocked):
     """The entropy WITH its gradient on the engine (kernels/entropy.py: prefix and suffix entropy
     recurrences, weighted marginals; ``kcc``: a (K, C, C) transition, the direct recurrence's
-    kernels with ``ENT``): value and every input's gradient equal the float64
-    expectation-semiring path, which test_distribution.py checks against the enumeration."""
+    kernels with ``ENT``; ``blocked``: the blocked engine's rows and the recurrences' ring in
+    memory): value and every input's gradient equal the float64 expectation-semiring path, which
+    test_distribution.py checks against the enumeration."""
+    kinds = _blocked_plans(monkeypatch) if blocked else None
     ref, run = _inputs(25, proj=proj, forbid=forbid, kcc=kcc)
     B, T1, C = ref["cum_scores"].shape
     lm, bm = _masks(26, B, T1 - 1, C)
@@ -123,6 +127,7 @@ def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engin
     H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
     H.sum().backward()
     assert grad_engine == [True], "the entropy's gradient did not run on the engine"
+    assert not blocked or kinds == ["mem"], kinds
     want, grads = _float64_entropy_and_grads(monkeypatch, ref, masks)
     assert grad_engine == [True, False], "the reference took the engine"
     torch.testing.assert_close(cpu(H).double(), want, atol=2e-4, rtol=1e-5)
@@ -130,15 +135,44 @@ def test_engine_entropy_gradient_equals_the_float64_path(monkeypatch, grad_engin
         torch.testing.assert_close(cpu(run[k].grad).double(), g, atol=2e-4, rtol=1e-4, msg=k)
 
 
-@pytest.mark.parametrize("k_block,kcc", [(None, False), (2, False), (None, True)],
-                         ids=["one-duration-block", "duration-blocks-of-2", "KCC"])
-def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block, kcc):
-    """T = 30 in chunks of 7 (fix-ups and the repair run), ragged, projections, a forbidden
+def _blocked_plans(monkeypatch):
+    """Every (C, C) plan the blocked engine's (as for a ring too large for registers), with small
+    tiles; returns the list of the entropy launches' plan kinds."""
+    from torch_semimarkov.engines.triton import entropy as kernels_mod
+
+    monkeypatch.setattr(plan_mod, "FORCE_BLOCKED", True)
+    monkeypatch.setattr(plan_mod, "BLOCK_OVERRIDE", (4, 4, 2))
+    monkeypatch.setattr(plan_mod, "MARG_OVERRIDE", (4, 4, 2))
+    kinds = []
+    real = kernels_mod.launch_entropy
+
+    def launch(*args, plan, **kwargs):
+        kinds.append(plan.kind)
+        return real(*args, plan=plan, **kwargs)
+
+    monkeypatch.setattr(kernels_mod, "launch_entropy", launch)
+    return kinds
+
+
+@pytest.mark.parametrize("k_block,kcc,blocked", [(None, False, False), (2, False, False), (None, True, False),
+                                                 (None, False, True), (2, False, True)],
+                         ids=["one-duration-block", "duration-blocks-of-2", "KCC", "blocked",
+                              "blocked-duration-blocks-of-2"])
+@pytest.mark.parametrize("chunk", [7, 3])
+def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block, kcc, blocked, chunk):
+    """T = 30 in chunks of 7 or 3 (fix-ups and the repair run; on the register ring chunks of 3
+    are shorter than K, so a chunk's end state holds its predecessor's rows; the blocked engine's
+    chunks are at least K long), ragged, projections, a forbidden
     transition and partial labels: the engine's entropy gradient equals the float64 path's.
     With duration tiles of 2 the weighted-marginal and anchor kernels take several duration
-    blocks (P_start / Q_start accumulate across them); ``kcc``: a (K, C, C) transition."""
+    blocks (P_start / Q_start accumulate across them); ``kcc``: a (K, C, C) transition;
+    ``blocked``: the blocked engine's rows and the entropy recurrences with their ring in memory
+    (``MEM``, the path of rings too large for registers; tiles of 2 durations: several a sum)."""
+    if kcc and chunk == 3:
+        pytest.skip("the (K, C, C) recurrence's chunks are covered at 7")
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", k_block)
-    recording = recording_engine(monkeypatch, 7, entropy_mod, "_entropy_engine")
+    kinds = _blocked_plans(monkeypatch) if blocked else None
+    recording = recording_engine(monkeypatch, chunk, entropy_mod, "_entropy_engine")
     B, T, K, C = 2, 30, 5, 3
     g = torch.Generator().manual_seed(27)
     cum = torch.nn.functional.pad((torch.randn(B, T, C, generator=g, dtype=F64) - 3.0).cumsum(1), (0, 0, 1, 0))
@@ -160,6 +194,8 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, 
     H = semi_crf_streaming_entropy(**run, **{k: v.to(DEVICE) for k, v in masks.items()})
     H.sum().backward()
     assert recording == [True]
+    if blocked:
+        assert kinds == ["mem"], kinds
     want, grads = _float64_entropy_and_grads(monkeypatch, ref, masks)
     assert recording == [True, False] and (want > 5).all()
     torch.testing.assert_close(cpu(H).double(), want, atol=1e-3, rtol=1e-5)

@@ -319,6 +319,242 @@ if HAS_TRITON:
                 TOL, C_PAD, K_PAD, REBASE, COMPARE, lim_b, HAS_MASK)
         return hr, h, hfr, Fh, conv, delta, steps, edge
 
+    # -- a ring too large for registers (the blocked engine's shapes): the entropy rows read back ------
+    # from memory, the sums over durations in tiles of KB rows (``MEM``)
+
+    @triton.jit
+    def _mem_h_rows(p, ok, own, hrow_b, fh_b, in32, in64, C, oc, mc, C_PAD: tl.constexpr, K_PAD: tl.constexpr,
+                    HAS_IN: tl.constexpr):
+        """Entropy rows ``p`` (KB,) of a memory-ring run and their frames: a row the run owns from
+        its stored rows (``hrow_b``, ``fh_b``), a row before its start from the incoming state
+        (slot ``p mod K_PAD`` of ``in32`` / ``in64``, the layout of ``_save_ent_state``) when
+        ``HAS_IN``, else 0 in frame 0 (a speculative run's guess, as the register ring's)."""
+        mo = ok & own
+        po = tl.where(mo, p, 0)
+        v = tl.load(hrow_b + po[:, None] * C + oc[None, :], mask=mo[:, None] & mc[None, :], other=0.0)
+        fr = tl.load(fh_b + po, mask=mo, other=0.0)
+        if HAS_IN:
+            mi = ok & (~own)
+            sl = tl.where(mi, p & (K_PAD - 1), 0)
+            m2 = mi[:, None] & mc[None, :]
+            v = tl.where(m2, tl.load(in32 + sl[:, None] * C_PAD + oc[None, :], mask=m2, other=0.0), v)
+            fr = tl.where(mi, tl.load(in64 + sl, mask=mi, other=0.0), fr)
+        return v, fr
+
+    @triton.jit
+    def _mix_tile(m, z, acc, x, hr):
+        """Fold a (KB, C_PAD) tile into the running ``_mix_step`` of each column: max ``m``,
+        ``z = sum exp(x - m)``, ``acc = sum exp(x - m) (hr - x)``; then ``h = acc / z + m + log z``
+        and the log-sum-exp ``m + log z`` (:func:`_mix_value`). Entries that are not real weigh
+        exactly 0 once a real one is in (``_mix_step``); a column with none is dropped by its max."""
+        nm = tl.maximum(m, tl.max(x, 0))
+        sc = tl.exp(m - nm)
+        px = tl.exp(x - nm[None, :])
+        z = z * sc + tl.sum(px, 0)
+        acc = acc * sc + tl.sum(px * (hr - x), 0)
+        return nm, z, acc
+
+    @triton.jit
+    def _mix_value(m, z, acc):
+        """``(h, lse, ok)`` of a running mix (:func:`_mix_tile`), as ``_mix_step`` returns them."""
+        ok = m > -1e29
+        zz = tl.where(z > 0, z, 1.0)
+        lz = log_(zz)
+        return tl.where(ok, acc / zz + m + lz, 0.0), tl.where(ok, m + lz, MASK), ok
+
+    @triton.jit
+    def _ent_fwd_mem_run(a, b, L, k_max, h, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, in32, in64, C, K,
+                         oj, oc, mc, okb, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr,
+                         COMPARE: tl.constexpr, HAS_IN: tl.constexpr, ms_b, HAS_MASK: tl.constexpr):
+        """:func:`_ent_fwd_run` with the ring in memory: the weights from the stored U rows, the
+        entropies ``hU`` from this run's stored rows (rows before ``a`` from the incoming state),
+        summed over durations in tiles of KB rows. Returns ``(h, Fh, converged, delta, steps,
+        t_last)``."""
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        t = a + 1
+        while (t <= b) & (conv == 0):
+            s = t - 1
+            s32 = tl.cast(s, tl.int32)
+            av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
+            uv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
+            # hU_s: the predecessor label (the phantom at s = 0 is no choice)
+            hu, _ = _pick_step(trT + av[None, :], h)
+            hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
+            if COMPARE:
+                hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
+                fh_ref = tl.load(fh_b + s)
+                tl.debug_barrier()
+            tl.store(h_b + s * C + oc, h, mask=mc)
+            tl.store(hu_b + s * C + oc, hu, mask=mc)
+            tl.store(fh_b + s, Fh)
+            F_s = Fh
+            # row s is read back below, by other threads
+            tl.debug_barrier()
+            # h_t: the duration k of the segment [t - k, t), weights exp(U_{t-k} + D[k-1] + S_t - S_{t-k})
+            fs = tl.load(f_b + s)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            k_t = tl.minimum(k_max, t)
+            ms = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
+            m = tl.full([C_PAD], MASK, tl.float32)
+            z = tl.zeros([C_PAD], dtype=tl.float32)
+            acc = tl.zeros([C_PAD], dtype=tl.float32)
+            for k0 in range(0, k_t, KB):
+                kk = k0 + okb + 1
+                ok = kk <= k_t
+                p = t - kk
+                pr = tl.where(ok, p, 0)
+                m2 = ok[:, None] & mc[None, :]
+                u = tl.load(w_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
+                fp = tl.load(f_b + pr, mask=ok, other=0.0)
+                d = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                x = u + d + ((fp - fs).to(tl.float32)[:, None] - (sp - s_s[None, :]))
+                x = tl.where(m2, x, MASK)
+                if HAS_MASK:
+                    x = tl.where(p[:, None] >= ms[None, :], x, MASK)
+                hv, hf = _mem_h_rows(p, ok, p >= a, hu_b, fh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
+                m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Fh).to(tl.float32)[:, None])
+            hn, _, okn = _mix_value(m, z, acc)
+            h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
+            if COMPARE:
+                lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
+                slot = s32 & (K_PAD - 1)
+                inwin = ((s32 - oj) & (K_PAD - 1)) < K
+                wlo, whi, okw, dw = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
+                delta = tl.where(okw, dw, delta)
+                conv = tl.where(okw, 1, 0).to(tl.int32)
+            t += 1
+        return h, Fh, conv, delta, t - 1 - a, t - 1
+
+    @triton.jit
+    def _ent_beta_mem_run(a, b, L, k_max, hy, Gh, cum_b, ps_b, x_b, g_b, hy_b, gh_b, tr, db_ptr, in32, in64, C, K,
+                          oj, oc, mc, okb, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr,
+                          HAS_PS: tl.constexpr, COMPARE: tl.constexpr, HAS_IN: tl.constexpr, me_b, fl_b,
+                          HAS_MASK: tl.constexpr):
+        """:func:`_ent_beta_run` with the ring in memory (see :func:`_ent_fwd_mem_run`). Returns
+        ``(hy, Gh, converged, delta, steps, t_low)``: this run wrote rows t_low .. b."""
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        s = b - 1
+        while (s >= a) & (conv == 0):
+            t = s + 1
+            t32 = tl.cast(t, tl.int32)
+            yv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
+            gt = tl.load(g_b + t)
+            hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
+            if COMPARE:
+                hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
+                gh_ref = tl.load(gh_b + t)
+                tl.debug_barrier()
+            tl.store(hy_b + t * C + oc, hyrow, mask=mc)
+            tl.store(gh_b + t, Gh)
+            G_t = Gh
+            tl.debug_barrier()
+            # hV_s: the duration k of the segment [s, s + k), weights exp(Y_{s+k} + D[k-1] + S_{s+k} - S_s)
+            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            k_s = tl.minimum(L - s, k_max)
+            me = tl.zeros([C_PAD], dtype=tl.int32)
+            if HAS_MASK:
+                me = tl.load(me_b + s * C + oc, mask=mc, other=0)
+            m = tl.full([C_PAD], MASK, tl.float32)
+            z = tl.zeros([C_PAD], dtype=tl.float32)
+            acc = tl.zeros([C_PAD], dtype=tl.float32)
+            for k0 in range(0, k_s, KB):
+                kk = k0 + okb + 1
+                ok = kk <= k_s
+                p = s + kk
+                pr = tl.where(ok, p, 0)
+                m2 = ok[:, None] & mc[None, :]
+                y = tl.load(x_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
+                sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
+                gp = tl.load(g_b + pr, mask=ok, other=0.0)
+                d = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+                x = y + d + ((gp - gt).to(tl.float32)[:, None] + (sp - s_s[None, :]))
+                x = tl.where(m2, x, MASK)
+                if HAS_MASK:
+                    x = tl.where(p[:, None] <= me[None, :], x, MASK)
+                hv, hf = _mem_h_rows(p, ok, p <= b, hy_b, gh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
+                m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Gh).to(tl.float32)[:, None])
+            hv, lse, okv = _mix_value(m, z, acc)
+            # V_s(c) in frame G_t: its differences over c pick the segment's label
+            v = lse
+            if HAS_PS:
+                v += tl.load(ps_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+            if HAS_MASK:
+                v += tl.where((tl.load(fl_b + s).to(tl.int32) & 4) != 0, MASK, 0.0)
+            v = tl.where(okv & mc, v, MASK)
+            # h'_s(c'): the label of the segment starting at s, given the predecessor c'
+            hy, oky = _pick_step(tr + v[None, :], hv)
+            hy, Gh = _rebase(tl.where(mc, hy, 0.0), oky & mc, Gh)
+            if COMPARE:
+                lo, hi = row_offset_bounds(hyrow, hy_ref, G_t - gh_ref, mc, TOL)
+                slot = t32 & (K_PAD - 1)
+                inwin = ((oj - t32) & (K_PAD - 1)) < K
+                wlo, whi, okw, dw = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
+                delta = tl.where(okw, dw, delta)
+                conv = tl.where(okw, 1, 0).to(tl.int32)
+            s -= 1
+        return hy, Gh, conv, delta, b - 1 - s, s + 2
+
+    @triton.jit
+    def _mem_ends(a, b, REVERSE: tl.constexpr):
+        """``(first, last)`` rows a full run over the chunk [a, b] stores: forward a .. b - 1 (its
+        state is at b), beta b .. a + 1 (its state is at a)."""
+        if REVERSE:
+            return b, a + 1
+        else:
+            return a, b - 1
+
+    @triton.jit
+    def _save_mem_state(e32, e64, live, h, Fh, last, start, L, hrow_b, fh_b, in32, in64, C, oc, mc, okb,
+                        C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr, HAS_IN: tl.constexpr,
+                        REVERSE: tl.constexpr):
+        """A memory-ring run's end state in the layout of ``_save_ent_state``: slot j holds the
+        latest row with that slot (forward: at or before ``last``, the last row the run stored;
+        beta: at or after it), from the run's stored rows, or from its incoming state for a row
+        before its ``start``, else 0; then the current row and frame."""
+        tl.debug_barrier()
+        for j0 in range(0, K_PAD, KB):
+            j = j0 + okb
+            if REVERSE:
+                p = last + ((j - last) & (K_PAD - 1))
+                ok = p <= L
+                own = p <= start
+            else:
+                p = last - ((last - j) & (K_PAD - 1))
+                ok = p >= 0
+                own = p >= start
+            v, fr = _mem_h_rows(p, ok, own, hrow_b, fh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
+            lj = j < live * K_PAD
+            tl.store(e32 + j[:, None] * C_PAD + oc[None, :], v, mask=lj[:, None] & (oc < C_PAD)[None, :])
+            tl.store(e64 + j, fr, mask=lj)
+        lc = oc < live * C_PAD
+        tl.store(e32 + K_PAD * C_PAD + oc, h, mask=lc)
+        tl.store(e64 + K_PAD + okb * 0, tl.zeros([KB], tl.float64) + Fh, mask=okb < live * 1)
+
+    @triton.jit
+    def _ent_mem_run(a, b, L, k_max, h, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, in32, in64, C,
+                     K, oj, oc, mc, okb, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr,
+                     HAS_PS: tl.constexpr, COMPARE: tl.constexpr, HAS_IN: tl.constexpr, lim_b, fl_b,
+                     HAS_MASK: tl.constexpr, REVERSE: tl.constexpr):
+        """:func:`_ent_run` with the ring in memory: ``(h, Fh, converged, delta, steps, edge)``."""
+        if REVERSE:
+            h, Fh, conv, delta, steps, edge = _ent_beta_mem_run(
+                a, b, L, k_max, h, Fh, cum_b, ps_b, r_b, f_b, h_b, fh_b, M, db_ptr, in32, in64, C, K, oj, oc, mc, okb,
+                TOL, C_PAD, K_PAD, KB, HAS_PS, COMPARE, HAS_IN, lim_b, fl_b, HAS_MASK)
+        else:
+            h, Fh, conv, delta, steps, edge = _ent_fwd_mem_run(
+                a, b, L, k_max, h, Fh, cum_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, in32, in64, C, K, oj, oc, mc,
+                okb, TOL, C_PAD, K_PAD, KB, COMPARE, HAS_IN, lim_b, HAS_MASK)
+        return h, Fh, conv, delta, steps, edge
+
     @triton.jit
     def _ent_chunks_kernel(
         cum_ptr,  # (B, T+1, C) cumulative scores S
@@ -346,9 +582,13 @@ if HAS_TRITON:
         lim_ptr=None,  # (B, T+1, C) int32: the segment limits, min_start (forward) / max_end (beta) (HAS_MASK)
         fl_ptr=None,  # beta: (B, T+1) int8 flags of the masks (HAS_MASK)
         HAS_MASK: tl.constexpr = False,
+        MEM: tl.constexpr = False,  # the ring of entropy rows read back from memory (large rings)
+        KB: tl.constexpr = 1,  # MEM: rows per tile of the sums over durations
     ):
         """The prefix (forward) or suffix (``REVERSE``) entropy recurrences, parallel over time: the
-        chunk scheme of ``chunks._reg_chunks_kernel`` over the state (hr, h) of the entropies."""
+        chunk scheme of ``chunks._reg_chunks_kernel`` over the state (hr, h) of the entropies; with
+        ``MEM`` the ring hr is the stored rows themselves (:func:`_ent_fwd_mem_run`), and only the
+        end states (the layout of ``_save_ent_state``) carry rows between chunks."""
         b_id = tl.program_id(0).to(tl.int64)
         lim_b = lim_ptr
         fl_b = fl_ptr
@@ -378,6 +618,11 @@ if HAS_TRITON:
             hu_b = hu_ptr + b_id * s_w_b
         fh_b = fh_ptr + b_id * s_f_b
         E64 = K_PAD + 1
+        okb = tl.arange(0, KB)
+        # MEM: the run's own entropy rows, read back as its ring (forward hU, beta hY)
+        hrow_b = h_b
+        if not REVERSE:
+            hrow_b = hu_b
         row = b_id * NCH
         half = tl.num_programs(0).to(tl.int64) * NCH
         if REVERSE:
@@ -396,15 +641,23 @@ if HAS_TRITON:
             a = tl.cast(j, L.dtype) * W
             b = tl.minimum(a + W, L)
             live = a < L
-            hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
             h = tl.zeros([C_PAD], dtype=tl.float32)
-            hfr = tl.zeros([K_PAD], dtype=tl.float64)
             Fh = tl.sum(tl.zeros([1], tl.float64), 0)
-            hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
-                a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K, oj,
-                oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, False, lim_b, fl_b, HAS_MASK, REVERSE)
             e = row + j
-            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
+            if MEM:
+                h, Fh, conv, delta, steps, edge = _ent_mem_run(
+                    a, b, L, k_max, h, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, e32, e64, C, K, oj,
+                    oc, mc, okb, TOL, C_PAD, K_PAD, KB, HAS_PS, False, False, lim_b, fl_b, HAS_MASK, REVERSE)
+                first, last = _mem_ends(a, b, REVERSE)
+                _save_mem_state(e32 + e * E32, e64 + e * E64, live, h, Fh, last, first, L, hrow_b, fh_b, e32, e64, C,
+                                oc, mc, okb, C_PAD, K_PAD, KB, False, REVERSE)
+            else:
+                hr = tl.zeros([K_PAD, C_PAD], dtype=tl.float32)
+                hfr = tl.zeros([K_PAD], dtype=tl.float64)
+                hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
+                    a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K, oj,
+                    oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, False, lim_b, fl_b, HAS_MASK, REVERSE)
+                _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
             if not REVERSE:
                 if live & (b == L):
                     tl.store(h_b + L * C + oc, h, mask=mc)
@@ -416,10 +669,20 @@ if HAS_TRITON:
                 j, a, b, live, redo, e = sweep_chunk(j0, jj, W, L, n_b, clean_prev, src_ptr, row, half,
                                                      PHASE, REVERSE, "")
                 if redo:
-                    hr, h, hfr, Fh = _load_ent_state(e32 + e * E32, e64 + e * E64, live, oj, oc, C_PAD, K_PAD)
-                    hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
-                        a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C, K,
-                        oj, oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, lim_b, fl_b, HAS_MASK, REVERSE)
+                    in32 = e32 + e * E32
+                    in64 = e64 + e * E64
+                    if MEM:
+                        h = tl.load(in32 + K_PAD * C_PAD + oc, mask=oc < live * C_PAD, other=0.0)
+                        Fh = tl.sum(tl.load(in64 + K_PAD + okb * 0, mask=okb < live * 1, other=0.0), 0)
+                        h, Fh, conv, delta, steps, edge = _ent_mem_run(
+                            a, b, L, k_max, h, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, in32, in64, C,
+                            K, oj, oc, mc, okb, TOL, C_PAD, K_PAD, KB, HAS_PS, True, True, lim_b, fl_b, HAS_MASK,
+                            REVERSE)
+                    else:
+                        hr, h, hfr, Fh = _load_ent_state(in32, in64, live, oj, oc, C_PAD, K_PAD)
+                        hr, h, hfr, Fh, conv, delta, steps, edge = _ent_run(
+                            a, b, L, k_max, hr, h, hfr, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, C,
+                            K, oj, oc, mc, TOL, C_PAD, K_PAD, REBASE, HAS_PS, True, lim_b, fl_b, HAS_MASK, REVERSE)
                     if conv != 0:
                         if REVERSE:
                             _fix_suffix_frames(fh_b, edge, b, delta, 256)
@@ -428,7 +691,12 @@ if HAS_TRITON:
                         clean = chunk_clean(src_ptr, row, j)
                     else:
                         e = half + row + j
-                        _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
+                        if MEM:
+                            first, last = _mem_ends(a, b, REVERSE)
+                            _save_mem_state(e32 + e * E32, e64 + e * E64, live, h, Fh, last, first, L, hrow_b, fh_b,
+                                            in32, in64, C, oc, mc, okb, C_PAD, K_PAD, KB, True, REVERSE)
+                        else:
+                            _save_ent_state(e32 + e * E32, e64 + e * E64, live, hr, h, hfr, Fh, oj, oc, C_PAD, K_PAD)
                         clean = rerun_owns_end(src_ptr, row, j, conv)
                         if not REVERSE:
                             if b == L:
@@ -447,9 +715,11 @@ ENTROPY_STREAMS = True
 
 def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan, masks=None):
     """The entropy and its weighted marginals on the time-parallel register-ring engine (a (C, C)
-    transition) or the chunked direct recurrence (a (K, C, C) one, :func:`_launch_entropy_dur`).
+    transition), the blocked engine (a (C, C) transition whose ring is too large for registers:
+    its rows, then the entropy recurrences with their ring in memory, ``MEM``) or the chunked
+    direct recurrence (a (K, C, C) one, :func:`_launch_entropy_dur`).
 
-    Args: validated inputs; ``plan`` a time-parallel ``"reg"`` or ``"dur"`` plan
+    Args: validated inputs; ``plan`` a time-parallel ``"reg"``, ``"mem"`` or ``"dur"`` plan
     (:func:`~.plan.masked_plan`); ``masks`` as for :func:`~.launch.launch_forward`.
 
     Returns:
@@ -461,13 +731,14 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     from torch_semimarkov.engines.torch.reference import feasible
     from torch_semimarkov.engines.triton.launch import _prepare, final_scores, finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
-    from torch_semimarkov.engines.triton.plan import AUX_WARPS, entropy_chunk, entropy_warps, fixup_tol, marginal_chunks
+    from torch_semimarkov.engines.triton.plan import (AUX_WARPS, ENTROPY_MEM_WARPS, entropy_chunk, entropy_mem_rows,
+                                                      entropy_warps, fixup_tol, marginal_chunks)
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
-    if not (plan.time_parallel and plan.kind in ("reg", "dur")):
-        raise ValueError("the entropy engine runs on the time-parallel register-ring or (K, C, C) plan "
-                         "(see masked_plan)")
+    if not (plan.time_parallel and plan.kind in ("reg", "dur", "mem")):
+        raise ValueError("the entropy engine runs on a time-parallel plan: the register ring, the blocked "
+                         "engine or the (K, C, C) recurrence (see masked_plan)")
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
     if plan.kind == "dur":
@@ -486,6 +757,9 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     mask_me = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
     meta = dict(C_PAD=c_pad, K_PAD=k_pad, REBASE=REBASE, num_warps=entropy_warps(plan),
                 IDX64=plan.idx64)
+    if plan.kind == "mem":
+        # a ring too large for registers: the recurrences read their rows back from memory
+        meta.update(MEM=True, KB=entropy_mem_rows(c_pad), num_warps=ENTROPY_MEM_WARPS)
     # the entropy recurrences' own chunks (their rows carry their own offsets)
     We = entropy_chunk(B, T, K_eff, plan, dev)
     ne = max(1, -(-T // We))

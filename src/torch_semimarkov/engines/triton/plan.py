@@ -638,6 +638,11 @@ ENTROPY_WARPS: Optional[int] = None
 #: Programs per multiprocessor that the entropy recurrences' chunks aim at (None: the plan's chunks).
 ENTROPY_PROGRAMS_PER_SM: Optional[int] = None
 
+#: Warps of the two entropy recurrences where their ring is too large for registers (the blocked
+#: engine's plans, ``entropy._ent_chunks_kernel`` with ``MEM``): the ring is the stored rows, read
+#: back in tiles of :func:`entropy_mem_rows` durations.
+ENTROPY_MEM_WARPS = 4
+
 #: The k-best kernels (``kbest.py``): elements of a (positions, labels, n) tile, from which the
 #: positions per program follow, and the warps of the top-pick kernel; the in-edges kernel's
 #: buffer and warps (one warp keeps the per-candidate reductions, the buffer's worst and "does any
@@ -762,6 +767,15 @@ def entropy_warps(plan: KernelPlan) -> int:
     spill. On an H200 this took the recurrences' share of an entropy with its gradient at
     (1, 1e6, 64, 24) from 51.5 to 45.4 ms (benchmarks/GPU_NOTES.md, entry 27)."""
     return ENTROPY_WARPS if ENTROPY_WARPS is not None else ring_warps(plan.k_pad, plan.c_pad, fewest=2)
+
+
+def entropy_mem_rows(c_pad: int) -> int:
+    """Durations per tile of the memory-ring entropy recurrences: a (rows, C_PAD) tile of about
+    2048 elements, 8 to 64 rows (:data:`K_BLOCK_OVERRIDE` where set, as for the duration tiles of
+    the marginal kernels)."""
+    if K_BLOCK_OVERRIDE is not None:
+        return K_BLOCK_OVERRIDE
+    return max(8, min(64, 2048 // c_pad))
 
 
 def entropy_chunk(B: int, T: int, K_eff: int, plan: KernelPlan, device) -> int:
