@@ -109,6 +109,42 @@ if HAS_TRITON:
         return tl.where(ok, h, 0.0), ok
 
     @triton.jit
+    def _prefix_label_step(h, av, uv, trT, s, Fh, h_b, hu_b, fh_b, C, oc, mc, COMPARE: tl.constexpr):
+        """The prefix entropies' label step at s: ``hU_s`` from ``h_s`` (the predecessor label; the
+        phantom at s = 0 is no choice), then rows ``h_s``, ``hU_s`` and their frame stored (a
+        fix-up first reads the stored ``hU_s`` and frame it compares with). Returns ``(hU_s,
+        stored hU_s, stored frame)`` (the last two ``hU_s`` and ``Fh`` without COMPARE)."""
+        hu, _ = _pick_step(trT + av[None, :], h)
+        hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
+        hu_ref = hu
+        fh_ref = Fh
+        if COMPARE:
+            hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
+            fh_ref = tl.load(fh_b + s)
+            tl.debug_barrier()
+        tl.store(h_b + s * C + oc, h, mask=mc)
+        tl.store(hu_b + s * C + oc, hu, mask=mc)
+        tl.store(fh_b + s, Fh)
+        return hu, hu_ref, fh_ref
+
+    @triton.jit
+    def _compare_window(row, ref, fd, mc, TOL, wlo, whi, oj, q32, delta, K, K_PAD: tl.constexpr,
+                        REVERSE: tl.constexpr):
+        """A fix-up's test of the recomputed entropy row of position q (``q32``) against the stored
+        one (their frames ``fd`` apart): its offset interval enters the window ring of the last K
+        rows in the run's direction. Returns ``(wlo, whi, delta, converged)``."""
+        lo, hi = row_offset_bounds(row, ref, fd, mc, TOL)
+        slot = q32 & (K_PAD - 1)
+        if REVERSE:
+            inwin = ((oj - q32) & (K_PAD - 1)) < K
+        else:
+            inwin = ((q32 - oj) & (K_PAD - 1)) < K
+        wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
+        delta = tl.where(ok, d, delta)
+        conv = tl.where(ok, 1, 0).to(tl.int32)
+        return wlo, whi, delta, conv
+
+    @triton.jit
     def _ent_fwd_run(a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,
                      oc, mc, TOL,
                      C_PAD: tl.constexpr, K_PAD: tl.constexpr, REBASE: tl.constexpr, COMPARE: tl.constexpr, ms_b,
@@ -160,16 +196,7 @@ if HAS_TRITON:
             st_n = tl.load(cum_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0.0).to(tl.float32)
             if HAS_MASK:
                 ms_n = tl.load(ms_b + tl.minimum(t + 1, L) * C + oc, mask=mc, other=0)
-            # hU_s: the predecessor label (the phantom at s = 0 is no choice)
-            hu, _ = _pick_step(trT + av[None, :], h)
-            hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
-            if COMPARE:
-                hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
-                fh_ref = tl.load(fh_b + s)
-                tl.debug_barrier()
-            tl.store(h_b + s * C + oc, h, mask=mc)
-            tl.store(hu_b + s * C + oc, hu, mask=mc)
-            tl.store(fh_b + s, Fh)
+            hu, hu_ref, fh_ref = _prefix_label_step(h, av, uv, trT, s, Fh, h_b, hu_b, fh_b, C, oc, mc, COMPARE)
             slot = s32 & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, (uv - (s_prev - s_ref))[None, :], ring)
             rfr = tl.where(oj == slot, fs, rfr)
@@ -187,11 +214,8 @@ if HAS_TRITON:
             hn, _, okn = _mix_step(xk, hr + (hfr - Fh).to(tl.float32)[:, None])
             h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
-                inwin = ((s32 - oj) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = _compare_window(hu, hu_ref, F_s - fh_ref, mc, TOL, wlo, whi, oj, s32, delta,
+                                                        K, K_PAD, False)
             s_prev = s_t
             if t % REBASE == 0:
                 ring += (s_t - s_ref)[None, :]
@@ -290,11 +314,8 @@ if HAS_TRITON:
             hy, oky = _pick_step(tr + v[None, :], hv)
             hy, Gh = _rebase(tl.where(mc, hy, 0.0), oky & mc, Gh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hyrow, hy_ref, G_t - gh_ref, mc, TOL)
-                inwin = ((oj - t32) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = _compare_window(hyrow, hy_ref, G_t - gh_ref, mc, TOL, wlo, whi, oj, t32,
+                                                        delta, K, K_PAD, True)
             s_next = s_s
             if s % REBASE == 0:
                 ring -= (s_s - s_ref)[None, :]
@@ -380,16 +401,7 @@ if HAS_TRITON:
             s32 = tl.cast(s, tl.int32)
             av = tl.load(a_b + s * C + oc, mask=mc, other=MASK)
             uv = tl.load(w_b + s * C + oc, mask=mc, other=MASK)
-            # hU_s: the predecessor label (the phantom at s = 0 is no choice)
-            hu, _ = _pick_step(trT + av[None, :], h)
-            hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
-            if COMPARE:
-                hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
-                fh_ref = tl.load(fh_b + s)
-                tl.debug_barrier()
-            tl.store(h_b + s * C + oc, h, mask=mc)
-            tl.store(hu_b + s * C + oc, hu, mask=mc)
-            tl.store(fh_b + s, Fh)
+            hu, hu_ref, fh_ref = _prefix_label_step(h, av, uv, trT, s, Fh, h_b, hu_b, fh_b, C, oc, mc, COMPARE)
             F_s = Fh
             # row s is read back below, by other threads
             tl.debug_barrier()
@@ -422,12 +434,8 @@ if HAS_TRITON:
             hn, _, okn = _mix_value(m, z, acc)
             h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hu, hu_ref, F_s - fh_ref, mc, TOL)
-                slot = s32 & (K_PAD - 1)
-                inwin = ((s32 - oj) & (K_PAD - 1)) < K
-                wlo, whi, okw, dw = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
-                delta = tl.where(okw, dw, delta)
-                conv = tl.where(okw, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = _compare_window(hu, hu_ref, F_s - fh_ref, mc, TOL, wlo, whi, oj, s32, delta,
+                                                        K, K_PAD, False)
             t += 1
         return h, Fh, conv, delta, t - 1 - a, t - 1
 
@@ -494,12 +502,8 @@ if HAS_TRITON:
             hy, oky = _pick_step(tr + v[None, :], hv)
             hy, Gh = _rebase(tl.where(mc, hy, 0.0), oky & mc, Gh)
             if COMPARE:
-                lo, hi = row_offset_bounds(hyrow, hy_ref, G_t - gh_ref, mc, TOL)
-                slot = t32 & (K_PAD - 1)
-                inwin = ((oj - t32) & (K_PAD - 1)) < K
-                wlo, whi, okw, dw = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
-                delta = tl.where(okw, dw, delta)
-                conv = tl.where(okw, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = _compare_window(hyrow, hy_ref, G_t - gh_ref, mc, TOL, wlo, whi, oj, t32,
+                                                        delta, K, K_PAD, True)
             s -= 1
         return hy, Gh, conv, delta, b - 1 - s, s + 2
 
