@@ -384,6 +384,59 @@ if HAS_TRITON:
         return tl.where(ok, acc / zz + m + lz, 0.0), tl.where(ok, m + lz, MASK), ok
 
     @triton.jit
+    def _mem_mix(s, t, k_lim, own_end, Fh, cum_b, r_b, f_b, hrow_b, fh_b, db_ptr, in32, in64, lim_b, C, oc, mc, okb,
+                 C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr, HAS_IN: tl.constexpr,
+                 HAS_MASK: tl.constexpr, REVERSE: tl.constexpr):
+        """A memory-ring step's sum over the durations k <= ``k_lim`` (``_mix_step`` in tiles of KB
+        rows, :func:`_mix_tile`). Forward (the segment [t - k, t) ending at t = s + 1): rows p = t - k,
+        weights ``exp(U_hat_p + D[k-1] - (S_p - S_s) + frame_p - frame_s)``, entropies ``hU_p``,
+        the run's own rows p >= ``own_end``. Beta (the segment [s, s + k)): rows p = s + k, weights
+        ``exp(Y_hat_p + D[k-1] + (S_p - S_s) + frame_p - frame_t)``, entropies ``hY_p``, own rows
+        p <= ``own_end``. Entropies relative to the frame ``Fh``; ``lim_b`` the segment limits
+        (forward min_start at t, beta max_end at s). Returns the running ``(m, z, acc)``."""
+        if REVERSE:
+            f_ref = tl.load(f_b + t)
+            q = s
+        else:
+            f_ref = tl.load(f_b + s)
+            q = t
+        s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
+        lim = tl.zeros([C_PAD], dtype=tl.int32)
+        if HAS_MASK:
+            lim = tl.load(lim_b + q * C + oc, mask=mc, other=0)
+        m = tl.full([C_PAD], MASK, tl.float32)
+        z = tl.zeros([C_PAD], dtype=tl.float32)
+        acc = tl.zeros([C_PAD], dtype=tl.float32)
+        for k0 in range(0, k_lim, KB):
+            kk = k0 + okb + 1
+            ok = kk <= k_lim
+            if REVERSE:
+                p = s + kk
+                own = p <= own_end
+            else:
+                p = t - kk
+                own = p >= own_end
+            pr = tl.where(ok, p, 0)
+            m2 = ok[:, None] & mc[None, :]
+            r = tl.load(r_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
+            sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
+            fp = tl.load(f_b + pr, mask=ok, other=0.0)
+            d = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
+            if REVERSE:
+                x = r + d + ((fp - f_ref).to(tl.float32)[:, None] + (sp - s_s[None, :]))
+            else:
+                x = r + d + ((fp - f_ref).to(tl.float32)[:, None] - (sp - s_s[None, :]))
+            x = tl.where(m2, x, MASK)
+            if HAS_MASK:
+                if REVERSE:
+                    x = tl.where(p[:, None] <= lim[None, :], x, MASK)
+                else:
+                    x = tl.where(p[:, None] >= lim[None, :], x, MASK)
+            hv, hf = _mem_h_rows(p, ok, own, hrow_b, fh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
+            m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Fh).to(tl.float32)[:, None])
+        return m, z, acc
+
+    @triton.jit
     def _ent_fwd_mem_run(a, b, L, k_max, h, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, in32, in64, C, K,
                          oj, oc, mc, okb, TOL, C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr,
                          COMPARE: tl.constexpr, HAS_IN: tl.constexpr, ms_b, HAS_MASK: tl.constexpr):
@@ -406,31 +459,8 @@ if HAS_TRITON:
             # row s is read back below, by other threads
             tl.debug_barrier()
             # h_t: the duration k of the segment [t - k, t), weights exp(U_{t-k} + D[k-1] + S_t - S_{t-k})
-            fs = tl.load(f_b + s)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            k_t = tl.minimum(k_max, t)
-            ms = tl.zeros([C_PAD], dtype=tl.int32)
-            if HAS_MASK:
-                ms = tl.load(ms_b + t * C + oc, mask=mc, other=0)
-            m = tl.full([C_PAD], MASK, tl.float32)
-            z = tl.zeros([C_PAD], dtype=tl.float32)
-            acc = tl.zeros([C_PAD], dtype=tl.float32)
-            for k0 in range(0, k_t, KB):
-                kk = k0 + okb + 1
-                ok = kk <= k_t
-                p = t - kk
-                pr = tl.where(ok, p, 0)
-                m2 = ok[:, None] & mc[None, :]
-                u = tl.load(w_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
-                sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
-                fp = tl.load(f_b + pr, mask=ok, other=0.0)
-                d = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
-                x = u + d + ((fp - fs).to(tl.float32)[:, None] - (sp - s_s[None, :]))
-                x = tl.where(m2, x, MASK)
-                if HAS_MASK:
-                    x = tl.where(p[:, None] >= ms[None, :], x, MASK)
-                hv, hf = _mem_h_rows(p, ok, p >= a, hu_b, fh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
-                m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Fh).to(tl.float32)[:, None])
+            m, z, acc = _mem_mix(s, t, tl.minimum(k_max, t), a, Fh, cum_b, w_b, f_b, hu_b, fh_b, db_ptr, in32, in64,
+                                 ms_b, C, oc, mc, okb, C_PAD, K_PAD, KB, HAS_IN, HAS_MASK, False)
             hn, _, okn = _mix_value(m, z, acc)
             h, Fh = _rebase(tl.where(okn & mc, hn, 0.0), okn & mc, Fh)
             if COMPARE:
@@ -455,7 +485,6 @@ if HAS_TRITON:
             t = s + 1
             t32 = tl.cast(t, tl.int32)
             yv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
-            gt = tl.load(g_b + t)
             hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
             if COMPARE:
                 hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
@@ -466,30 +495,8 @@ if HAS_TRITON:
             G_t = Gh
             tl.debug_barrier()
             # hV_s: the duration k of the segment [s, s + k), weights exp(Y_{s+k} + D[k-1] + S_{s+k} - S_s)
-            s_s = tl.load(cum_b + s * C + oc, mask=mc, other=0.0).to(tl.float32)
-            k_s = tl.minimum(L - s, k_max)
-            me = tl.zeros([C_PAD], dtype=tl.int32)
-            if HAS_MASK:
-                me = tl.load(me_b + s * C + oc, mask=mc, other=0)
-            m = tl.full([C_PAD], MASK, tl.float32)
-            z = tl.zeros([C_PAD], dtype=tl.float32)
-            acc = tl.zeros([C_PAD], dtype=tl.float32)
-            for k0 in range(0, k_s, KB):
-                kk = k0 + okb + 1
-                ok = kk <= k_s
-                p = s + kk
-                pr = tl.where(ok, p, 0)
-                m2 = ok[:, None] & mc[None, :]
-                y = tl.load(x_b + pr[:, None] * C + oc[None, :], mask=m2, other=MASK)
-                sp = tl.load(cum_b + pr[:, None] * C + oc[None, :], mask=m2, other=0.0).to(tl.float32)
-                gp = tl.load(g_b + pr, mask=ok, other=0.0)
-                d = tl.load(db_ptr + (kk[:, None] - 1) * C + oc[None, :], mask=m2, other=MASK).to(tl.float32)
-                x = y + d + ((gp - gt).to(tl.float32)[:, None] + (sp - s_s[None, :]))
-                x = tl.where(m2, x, MASK)
-                if HAS_MASK:
-                    x = tl.where(p[:, None] <= me[None, :], x, MASK)
-                hv, hf = _mem_h_rows(p, ok, p <= b, hy_b, gh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
-                m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Gh).to(tl.float32)[:, None])
+            m, z, acc = _mem_mix(s, t, tl.minimum(L - s, k_max), b, Gh, cum_b, x_b, g_b, hy_b, gh_b, db_ptr, in32, in64,
+                                 me_b, C, oc, mc, okb, C_PAD, K_PAD, KB, HAS_IN, HAS_MASK, True)
             hv, lse, okv = _mix_value(m, z, acc)
             # V_s(c) in frame G_t: its differences over c pick the segment's label
             v = lse
@@ -679,8 +686,8 @@ if HAS_TRITON:
                         h = tl.load(in32 + K_PAD * C_PAD + oc, mask=oc < live * C_PAD, other=0.0)
                         Fh = tl.sum(tl.load(in64 + K_PAD + okb * 0, mask=okb < live * 1, other=0.0), 0)
                         h, Fh, conv, delta, steps, edge = _ent_mem_run(
-                            a, b, L, k_max, h, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, in32, in64, C,
-                            K, oj, oc, mc, okb, TOL, C_PAD, K_PAD, KB, HAS_PS, True, True, lim_b, fl_b, HAS_MASK,
+                            a, b, L, k_max, h, Fh, cum_b, ps_b, a_b, r_b, f_b, h_b, hu_b, fh_b, M, db_ptr, in32, in64,
+                            C, K, oj, oc, mc, okb, TOL, C_PAD, K_PAD, KB, HAS_PS, True, True, lim_b, fl_b, HAS_MASK,
                             REVERSE)
                     else:
                         hr, h, hfr, Fh = _load_ent_state(in32, in64, live, oj, oc, C_PAD, K_PAD)
