@@ -14,7 +14,19 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${SRC:-$PWD/src}:/tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 if [ "${PART:-a}" = e ]; then
-  for i in $(echo ${SHAPES:-0,1,2,3} | tr , ' '); do
+  # the first shape, then (MEM_CHECK, default on) the memory-ring entropy's check in MEM_S seconds
+  # (mem_entropy_check.sh, its results under $OUT/mem/), then the other shapes in the time left
+  first=$(echo ${SHAPES:-0,2,1,3} | cut -d, -f1)
+  timeout 150 python3 benchmarks/bench_genomics.py --out $OUT/genomics_e$first.json --only engines --shapes $first \
+      --old-max-s 4 > $OUT/genomics_e$first.log 2>&1
+  echo "e$first rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  tail -4 $OUT/genomics_e$first.log
+  if [ "${MEM_CHECK:-1}" = 1 ]; then
+    mkdir -p $OUT/mem
+    OUT=$OUT/mem TEST_S=150 LIMIT=${MEM_S:-240} timeout ${MEM_S:-240} bash benchmarks/probes/mem_entropy_check.sh
+    echo "mem rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
+  fi
+  for i in $(echo ${SHAPES:-0,2,1,3} | cut -d, -f2- -s | tr , ' '); do
     left=$(( ${LIMIT:-570} - ($(date +%s) - t0) ))
     [ $left -lt 30 ] && break
     timeout $left python3 benchmarks/bench_genomics.py --out $OUT/genomics_e$i.json --only engines --shapes $i \
@@ -22,6 +34,9 @@ if [ "${PART:-a}" = e ]; then
     echo "e$i rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
     tail -4 $OUT/genomics_e$i.log
   done
+  # at most 8 files come back from a call: everything but these two in one archive
+  (cd $OUT && tar czf results.tgz --exclude results.tgz --exclude device.txt --exclude phases.txt * && \
+     ls | grep -v -x -e results.tgz -e device.txt -e phases.txt | xargs rm -rf)
 elif [ "${PART:-a}" = a ]; then
   timeout 570 python3 benchmarks/bench_genomics.py --out $OUT/genomics_a.json --only engines,accuracy,fixups \
       --old-max-s 4 > $OUT/genomics_a.log 2>&1
