@@ -17,6 +17,7 @@ from torch_semimarkov.api import constrained
 from torch_semimarkov.api import entropy as entropy_mod
 from torch_semimarkov.engines import select
 from torch_semimarkov.engines.triton import plan as plan_mod
+from torch_semimarkov.core.validation import validate_streaming_inputs
 from torch_semimarkov.oracle import enumerate_segmentations
 
 F64 = torch.float64
@@ -213,6 +214,28 @@ def test_entropy_recurrences_take_the_fewest_warps_that_hold_their_ring(monkeypa
     assert warps(16, 8) == 2
     monkeypatch.setattr(plan_mod, "ENTROPY_WARPS", 8)
     assert warps(64, 24) == 8
+
+
+def test_a_gene_grammar_sized_ring_takes_the_blocked_engine_for_the_entropy_gradient(monkeypatch):
+    """A (C, C) model whose ring passes the register budget (the gene grammars' 47 labels at K = 960,
+    a 1024 x 64 padded ring) takes the engine for its entropy's gradient on the blocked plan ("mem",
+    the memory-ring entropy recurrences), masked or not, where it took the float64 path before; a
+    small ring keeps the register ring. The routing only: no kernel runs."""
+    monkeypatch.setattr(select, "ENGINE_ON_CPU", True)
+
+    def plan_kind(K, C, masked=False):
+        cum = torch.zeros(2, 3001, C)
+        inp = validate_streaming_inputs(cum, torch.zeros(C, C), torch.zeros(K, C), torch.tensor([3000, 2500]), K,
+                                        "log")
+        lm = torch.ones(2, 3000, C, dtype=torch.bool) if masked else None
+        if masked:
+            monkeypatch.setattr("torch_semimarkov.engines.triton.limits.engine_limits", lambda *a: None)
+        return entropy_mod._entropy_engine(inp, lm, None)[0].kind
+
+    assert plan_kind(960, 47) == "mem"
+    assert plan_kind(960, 47, masked=True) == "mem"
+    assert plan_kind(64, 8) == "reg"
+    assert plan_mod.entropy_mem_rows(64) == 32 and plan_mod.entropy_mem_rows(8) == 64
 
 
 # ------------------------------------------------------------- a (K, C, C) transition: the value
