@@ -640,8 +640,10 @@ ENTROPY_PROGRAMS_PER_SM: Optional[int] = None
 
 #: Warps of the two entropy recurrences where their ring is too large for registers (the blocked
 #: engine's plans, ``entropy._ent_chunks_kernel`` with ``MEM``): the ring is the stored rows, read
-#: back in tiles of :func:`entropy_mem_rows` durations.
-ENTROPY_MEM_WARPS = 4
+#: back in tiles of :func:`entropy_mem_rows` durations. 8: compiled for sm_90 at the gene grammar's
+#: size (K_PAD 1024, C_PAD 64) every variant fits in 176-255 registers without spills, where 4 warps
+#: spill 64-584 bytes (``benchmarks/probes/mem_entropy_registers.py``, GPU_NOTES 106; not timed).
+ENTROPY_MEM_WARPS = 8
 
 #: The k-best kernels (``kbest.py``): elements of a (positions, labels, n) tile, from which the
 #: positions per program follow, and the warps of the top-pick kernel; the in-edges kernel's
