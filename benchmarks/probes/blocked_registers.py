@@ -15,9 +15,7 @@ bytes are what made large tiles slow on the H200 (GPU_NOTES 43, 50).
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 os.environ["TRITON_INTERPRET"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
 
 import torch  # noqa: E402
 
-from compile_kernels import record_launches  # noqa: E402
+from compile_kernels import compile_report, record_launches  # noqa: E402
 from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 from torch_semimarkov.engines.triton import launch  # noqa: E402
 from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
@@ -73,28 +71,16 @@ def main():
     for obj, name, value in patches:
         setattr(obj, name, value)
     records = [r for r in records if r["name"] in KERNELS]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "launches.json")
-        json.dump(records, open(path, "w"))
-        env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
-        env.update(TSM_COMPILE_REPORT="1", TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
-                   PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""))
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "engines", "triton", "compile_kernels.py"),
-                              path], env=env, capture_output=True, text=True, timeout=1200)
     rows = []
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            c = r["constexprs"]
-            rows.append({"tile": [c.get("BT"), c.get("RB"), c.get("CB")], "linear": c.get("LINEAR"),
-                         "is_max": c.get("IS_MAX"), "phase": c.get("PHASE"), "reverse": c.get("REVERSE"),
-                         "helpers": c.get("HELPERS"),
-                         "kernel": r["kernel"], "anchor": c.get("ANCHOR"), "shared_bytes": r.get("shared_bytes"),
-                         "num_warps": r["num_warps"], "registers": r["registers"],
-                         "spill_store_bytes": r["spill_store_bytes"], "spill_load_bytes": r["spill_load_bytes"]})
-            print(rows[-1], flush=True)
-    if out.returncode:
-        print(out.stdout[-3000:], out.stderr[-3000:])
+    for r in compile_report(records, os.path.join(ROOT, "src")):
+        c = r["constexprs"]
+        rows.append({"tile": [c.get("BT"), c.get("RB"), c.get("CB")], "linear": c.get("LINEAR"),
+                     "is_max": c.get("IS_MAX"), "phase": c.get("PHASE"), "reverse": c.get("REVERSE"),
+                     "helpers": c.get("HELPERS"),
+                     "kernel": r["kernel"], "anchor": c.get("ANCHOR"), "shared_bytes": r.get("shared_bytes"),
+                     "num_warps": r["num_warps"], "registers": r["registers"],
+                     "spill_store_bytes": r["spill_store_bytes"], "spill_load_bytes": r["spill_load_bytes"]})
+        print(rows[-1], flush=True)
     dest = os.path.join(os.environ.get("OUT", "/tmp"), "blocked_registers.json")
     json.dump({"target": "sm_90 (ptxas -v, no device)", "shape": [B, T, K, C], "rows": rows}, open(dest, "w"), indent=1)
     print("saved", dest)

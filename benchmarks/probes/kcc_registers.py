@@ -15,9 +15,7 @@ two compile alike.
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 os.environ["TRITON_INTERPRET"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
 
 import torch  # noqa: E402
 
-from compile_kernels import record_launches  # noqa: E402
+from compile_kernels import compile_report, record_launches  # noqa: E402
 from torch_semimarkov.core.validation import validate_streaming_inputs  # noqa: E402
 from torch_semimarkov.engines.triton import launch  # noqa: E402
 from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
@@ -58,26 +56,12 @@ def main():
         setattr(obj, name, value)
     # each variant at each of WARPS warps
     records = [dict(r, num_warps=w) for r in records if r["name"] in KERNELS for w in WARPS]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "launches.json")
-        json.dump(records, open(path, "w"))
-        env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
-        env.update(TRITON_CACHE_DIR=os.path.join(tmp, "cache"), TSM_COMPILE_REPORT="1",
-                   PYTHONPATH=os.environ.get("SRC", os.path.join(ROOT, "src")) + os.pathsep + env.get("PYTHONPATH", ""))
-        if os.environ.get("SAVE_PTX"):
-            env["TSM_COMPILE_PTX"] = os.environ["SAVE_PTX"]
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "engines", "triton", "compile_kernels.py"),
-                              path], env=env, capture_output=True, text=True, timeout=1200)
     rows = []
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            c = r.pop("constexprs")
-            r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-    if out.returncode:
-        print(out.stdout[-3000:], out.stderr[-3000:])
+    for r in compile_report(records, os.environ.get("SRC", os.path.join(ROOT, "src")), os.environ.get("SAVE_PTX")):
+        c = r.pop("constexprs")
+        r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
     dest = os.path.join(os.environ.get("OUT", "/tmp"), "kcc_registers.json")
     json.dump({"target": "sm_90 (ptxas -v, no device)", "shape": [B, T, K, C], "rows": rows}, open(dest, "w"), indent=1)
     print("saved", dest)

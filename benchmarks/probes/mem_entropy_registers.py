@@ -10,9 +10,7 @@ compiled by ``compile_kernels.py``'s report (Triton, the bundled ``ptxas -v``).
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 os.environ["TRITON_INTERPRET"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,7 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engines", "triton"))
 
 import torch  # noqa: E402
 
-from compile_kernels import record_launches  # noqa: E402
+from compile_kernels import compile_report, record_launches  # noqa: E402
 from torch_semimarkov import semi_crf_streaming_entropy  # noqa: E402
 from torch_semimarkov.engines import select  # noqa: E402
 from torch_semimarkov.engines.triton import plan as plan_mod  # noqa: E402
@@ -45,24 +43,12 @@ def main():
     kb = plan_mod.entropy_mem_rows(64)
     records = [dict(r, num_warps=w, constexprs=dict(r["constexprs"], K_PAD=K_PAD, KB=kb))
                for r in records if r["name"] == "_ent_chunks_kernel" and r["constexprs"].get("MEM") for w in WARPS]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "launches.json")
-        json.dump(records, open(path, "w"))
-        env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}
-        env.update(TRITON_CACHE_DIR=os.path.join(tmp, "cache"), TSM_COMPILE_REPORT="1",
-                   PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""))
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "engines", "triton", "compile_kernels.py"),
-                              path], env=env, capture_output=True, text=True, timeout=1200)
     rows = []
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            c = r.pop("constexprs")
-            r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-    if out.returncode:
-        print(out.stdout[-3000:], out.stderr[-3000:])
+    for r in compile_report(records, os.path.join(ROOT, "src")):
+        c = r.pop("constexprs")
+        r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
     dest = os.path.join(os.environ.get("OUT", "/tmp"), "mem_entropy_registers.json")
     json.dump({"target": "sm_90 (ptxas -v, no device)", "shape": [B, T, K, C], "K_PAD": K_PAD, "KB": kb,
                "rows": rows}, open(dest, "w"), indent=1)

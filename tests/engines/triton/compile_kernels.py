@@ -71,6 +71,28 @@ PTX_COUNTS = {"shfl": r"shfl\.sync", "bar": r"bar\.sync|barrier\.sync", "ld_glob
               "ex2": r"ex2\.approx", "cvt": r"\bcvt\."}
 
 
+def compile_report(records: list, src: str, save_ptx=None, timeout: int = 1200) -> list:
+    """Compile ``records`` (from :func:`record_launches`) in a process without the interpreter and
+    with ``TSM_COMPILE_REPORT=1``, the package imported from ``src``: one dict a variant (its kernel,
+    constexprs, warps, registers, spills and PTX counts; ``save_ptx``: a folder for each variant's
+    PTX). Prints the process's tail when it fails. Used by the probes that report registers."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "launches.json")
+        json.dump(records, open(path, "w"))
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env.update(TSM_COMPILE_REPORT="1", TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
+                   PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""))
+        if save_ptx:
+            env["TSM_COMPILE_PTX"] = save_ptx
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), path], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+    if out.returncode:
+        print(out.stdout[-3000:], out.stderr[-3000:])
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
 def ptxas_usage(ptx: str, arch: int) -> dict:
     """Registers a thread and spilled bytes of a kernel's PTX, from the bundled ``ptxas -v``."""
     import tempfile
