@@ -35,6 +35,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import window_start
 
     @triton.jit
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
@@ -131,11 +132,7 @@ if HAS_TRITON:
         b_in = tl.minimum(b, L)
         s_next = tl.load(cum_b + b_in * C + oc, mask=mc, other=0.0).to(tl.float32)
         shift = possible_shift(tl.max(beta, 0))
-        # offset interval of each row of the window; rows not yet recomputed fit no offset
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         s = b - 1
         while (s >= a) & (conv == 0):
             t = s + 1
@@ -505,11 +502,7 @@ if HAS_TRITON:
         lim1 = tl.where(live, 1, 0)
         beta = tl.load(st32 + oc, mask=oc < lim, other=MASK)
         G = tl.sum(tl.load(st64 + oc * 0, mask=oc < lim1, other=0.0), 0)
-        # offset interval of each row of the window; rows not yet recomputed fit no offset
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         s = b - 1
         while (s >= a) & (conv == 0):
             t = s + 1

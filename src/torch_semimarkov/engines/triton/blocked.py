@@ -41,6 +41,7 @@ from torch_semimarkov.engines.triton.common import HAS_TRITON, tl, triton  # noq
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import window_start
     from torch_semimarkov.engines.triton.common import chunk_clean, record_rerun, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
@@ -561,10 +562,7 @@ if HAS_TRITON:
         as they would, so the outputs are the same bits either way. INLINE (the interpreter, whose
         programs run one after another): the run always computes it itself.
         """
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         # the first row: the state's own
         q = start
         row, bc = _row_of(q, st, M, u0, ps_b, pe_b, fl_b, C, oc, mc, REVERSE, IS_MAX, HAS_PS, HAS_PE, HAS_MASK)

@@ -162,6 +162,16 @@ if HAS_TRITON:
         return lo, hi
 
     @triton.jit
+    def window_start(K_PAD: tl.constexpr):
+        """A fix-up's window before its first row: ``(wlo, whi, converged, delta)``, every slot's
+        interval empty (a row not yet recomputed fits no offset), not converged, delta 0."""
+        wlo = tl.full([K_PAD], 1e300, tl.float64)
+        whi = tl.full([K_PAD], -1e300, tl.float64)
+        conv = tl.full([], 0, tl.int32)
+        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        return wlo, whi, conv, delta
+
+    @triton.jit
     def window_offset(wlo, whi, idx, slot, lo, hi, inwin):
         """Put one row's offset interval into the window ring (``idx == slot``) and intersect
         the rows in the window: returns the ring and ``(converged, delta)``, delta the middle of

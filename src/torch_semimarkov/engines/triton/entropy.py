@@ -45,6 +45,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import load_transition
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
     from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
+    from torch_semimarkov.engines.triton.common import window_start
     from torch_semimarkov.engines.triton.common import chunk_clean, passed_clean, record_rerun, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
@@ -166,10 +167,7 @@ if HAS_TRITON:
         ring = tl.where(m2, ring - (sp - s_ref[None, :]), MASK)
         rfr = tl.load(f_b + pr, mask=vp, other=0.0)
         s_prev = s_ref
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         t = a + 1
         # the stored rows of step t are loaded during step t-1 (they do not depend on the
         # recurrence): a load's latency is then off the critical path; the row index is clamped
@@ -244,10 +242,7 @@ if HAS_TRITON:
         ring = tl.where(m2, ring + (sp - s_ref[None, :]), MASK)
         rfr = tl.load(g_b + pr, mask=vp, other=0.0)
         s_next = s_ref
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         s = b - 1
         # step s's stored rows are loaded during step s+1 (see the forward's run)
         sn = tl.maximum(tl.minimum(s, L), 0)
@@ -444,10 +439,7 @@ if HAS_TRITON:
         entropies ``hU`` from this run's stored rows (rows before ``a`` from the incoming state),
         summed over durations in tiles of KB rows. Returns ``(h, Fh, converged, delta, steps,
         t_last)``."""
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         t = a + 1
         while (t <= b) & (conv == 0):
             s = t - 1
@@ -476,10 +468,7 @@ if HAS_TRITON:
                           HAS_MASK: tl.constexpr):
         """:func:`_ent_beta_run` with the ring in memory (see :func:`_ent_fwd_mem_run`). Returns
         ``(hy, Gh, converged, delta, steps, t_low)``: this run wrote rows t_low .. b."""
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         s = b - 1
         while (s >= a) & (conv == 0):
             t = s + 1

@@ -53,7 +53,8 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
-                                                         row_offset_bounds, window_offset)
+                                                         row_offset_bounds, window_offset,
+                                                         window_start)
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -183,11 +184,7 @@ if HAS_TRITON:
         s_ref = tl.load(cum_b + (a_in // REBASE) * REBASE * C + oc, mask=mc, other=0.0).to(tl.float32)
         s_prev = tl.load(cum_b + a_in * C + oc, mask=mc, other=0.0).to(tl.float32)
         shift = possible_shift(tl.max(alpha, 0))
-        # offset interval of each row of the window; rows not yet recomputed fit no offset
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         t = a + 1
         while (t <= b) & (conv == 0):
             s = t - 1
@@ -803,11 +800,7 @@ if HAS_TRITON:
         F = tl.sum(tl.load(st64 + K - 1 + oc * 0, mask=oc < lim1, other=0.0), 0)
         tl.store(a_b + a * C + oc, alpha, mask=oc < lim)
         tl.store(f_b + a + oc * 0, tl.zeros([C_PAD], tl.float64) + F, mask=oc < lim1)
-        # offset interval of each row of the window; rows not yet recomputed fit no offset
-        wlo = tl.full([K_PAD], 1e300, tl.float64)
-        whi = tl.full([K_PAD], -1e300, tl.float64)
-        conv = tl.full([], 0, tl.int32)
-        delta = tl.sum(tl.zeros([1], tl.float64), 0)
+        wlo, whi, conv, delta = window_start(K_PAD)
         t = a + 1
         while (t <= b) & (conv == 0):
             own = (t < b) | (t == L)
