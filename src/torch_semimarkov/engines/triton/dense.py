@@ -110,10 +110,7 @@ if HAS_TRITON:
             seg, j, mk = _seg_tile(i, k0, b, P, K, C, S_ptr, ps_ptr, pe_ptr, D_ptr, sadd_ptr, eadd_ptr, ms_ptr, ok, oc,
                                    mc, not REVERSE, HAS_MIN)
             m = tl.load(msg_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=mk[:, None] & mc[None, :], other=MASK_K)
-            if REVERSE:
-                y = tl.maximum(seg + m, MASK_K)
-            else:
-                y = tl.maximum(m + seg, MASK_K)
+            y = tl.maximum(m + seg, MASK_K)
             run_m, run_s = online_lse(run_m, run_s, y)
         return online_lse_value(run_m, run_s, run_m > -1e29)
 
@@ -133,10 +130,7 @@ if HAS_TRITON:
             m = tl.load(msg_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=m2, other=MASK_K)
             em = tl.load(em_ptr + (b * P + j)[:, None] * MS + oc[None, :], mask=m2, other=0.0)
             ok2 = (m > -1e29) & (seg > -1e29)
-            if REVERSE:
-                w = tl.where(ok2, tl.exp(tl.maximum(seg + m, MASK_K) - val[None, :]), 0.0)
-            else:
-                w = tl.where(ok2, tl.exp(tl.maximum(m + seg, MASK_K) - val[None, :]), 0.0)
+            w = tl.where(ok2, tl.exp(tl.maximum(m + seg, MASK_K) - val[None, :]), 0.0)
             acc += tl.sum(w * (em + tl.where(ok2, seg, 0.0)), 0)
             wsum += tl.sum(w, 0)
         return _normalised(acc, wsum)
