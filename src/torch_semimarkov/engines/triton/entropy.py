@@ -129,6 +129,23 @@ if HAS_TRITON:
         return hu, hu_ref, fh_ref
 
     @triton.jit
+    def _suffix_row_step(hy, yv, t, Gh, hy_b, gh_b, C, oc, mc, COMPARE: tl.constexpr):
+        """The suffix entropies' row t: ``hY_t`` (impossible where Y_t is), stored with its frame
+        (a fix-up first reads the stored row and frame it compares with). Returns ``(hY_t, stored
+        hY_t, stored frame)`` (the last two ``hY_t`` and ``Gh`` without COMPARE); the mirror of
+        :func:`_prefix_label_step`."""
+        hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
+        hy_ref = hyrow
+        gh_ref = Gh
+        if COMPARE:
+            hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
+            gh_ref = tl.load(gh_b + t)
+            tl.debug_barrier()
+        tl.store(hy_b + t * C + oc, hyrow, mask=mc)
+        tl.store(gh_b + t, Gh)
+        return hyrow, hy_ref, gh_ref
+
+    @triton.jit
     def _compare_window(row, ref, fd, mc, TOL, wlo, whi, oj, q32, delta, K, K_PAD: tl.constexpr,
                         REVERSE: tl.constexpr):
         """A fix-up's test of the recomputed entropy row of position q (``q32``) against the stored
@@ -275,13 +292,7 @@ if HAS_TRITON:
             if HAS_MASK:
                 me_n = tl.load(me_b + sn * C + oc, mask=mc, other=0)
                 fl_n = tl.load(fl_b + sn).to(tl.int32)
-            hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
-            if COMPARE:
-                hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
-                gh_ref = tl.load(gh_b + t)
-                tl.debug_barrier()
-            tl.store(hy_b + t * C + oc, hyrow, mask=mc)
-            tl.store(gh_b + t, Gh)
+            hyrow, hy_ref, gh_ref = _suffix_row_step(hy, yv, t, Gh, hy_b, gh_b, C, oc, mc, COMPARE)
             slot = t32 & (K_PAD - 1)
             ring = tl.where(oj[:, None] == slot, (yv + (s_next - s_ref))[None, :], ring)
             rfr = tl.where(oj == slot, gt, rfr)
@@ -474,13 +485,7 @@ if HAS_TRITON:
             t = s + 1
             t32 = tl.cast(t, tl.int32)
             yv = tl.load(x_b + t * C + oc, mask=mc, other=MASK)
-            hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
-            if COMPARE:
-                hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
-                gh_ref = tl.load(gh_b + t)
-                tl.debug_barrier()
-            tl.store(hy_b + t * C + oc, hyrow, mask=mc)
-            tl.store(gh_b + t, Gh)
+            hyrow, hy_ref, gh_ref = _suffix_row_step(hy, yv, t, Gh, hy_b, gh_b, C, oc, mc, COMPARE)
             G_t = Gh
             tl.debug_barrier()
             # hV_s: the duration k of the segment [s, s + k), weights exp(Y_{s+k} + D[k-1] + S_{s+k} - S_s)
