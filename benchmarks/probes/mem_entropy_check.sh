@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 t0=$(date +%s)
 timeout ${TEST_S:-200} python3 -m pytest -v -p no:cacheprovider -p no:benchmark -o addopts="" --tb=short \
     tests/engines/triton/test_kernels_entropy.py tests/engines/triton/test_kernels_dense.py \
-    -k "blocked or dense" > $OUT/tests.log 2>&1
+    tests/engines/triton/test_gpu.py -k "blocked or dense or entropy_gradient_on_the_engine" > $OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s" >> $OUT/phases.txt
 tail -3 $OUT/tests.log
 for m in plain masked; do
