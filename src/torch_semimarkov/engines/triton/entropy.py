@@ -369,21 +369,33 @@ if HAS_TRITON:
         return v, fr
 
     @triton.jit
-    def _mix_tile(m, z, acc, x, hr):
-        """Fold a (KB, C_PAD) tile into the running ``_mix_step`` of each column: max ``m``,
-        ``z = sum exp(x - m)``, ``acc = sum exp(x - m) (hr - x)``; then ``h = acc / z + m + log z``
-        and the log-sum-exp ``m + log z`` (:func:`_mix_value`). Entries that are not real weigh
-        exactly 0 once a real one is in (``_mix_step``); a column with none is dropped by its max."""
-        nm = tl.maximum(m, tl.max(x, 0))
-        sc = tl.exp(m - nm)
-        px = tl.exp(x - nm[None, :])
-        z = z * sc + tl.sum(px, 0)
-        acc = acc * sc + tl.sum(px * (hr - x), 0)
+    def _mix_entry(m, z, acc, x, hr):
+        """Fold a (KB, C_PAD) tile into a running ``_mix_step`` kept per entry (no reduction across
+        threads): max ``m``, ``z = sum exp(x - m)``, ``acc = sum exp(x - m) (hr - x)``, each over the
+        tiles seen so far; one exponential an entry (``exp(-|x - m|)``, the new term's weight or the
+        old sums' scale). :func:`_mix_rows` reduces the state over its rows. An entry that is not
+        real (below -1e29) adds a weight 1 and a finite ``hr - x`` until a real one comes, then its
+        sums are scaled by exactly 0, as in ``_mix_step``."""
+        big = x > m
+        nm = tl.maximum(m, x)
+        e = tl.exp(tl.minimum(m, x) - nm)
+        d = hr - x
+        z = tl.where(big, z * e + 1.0, z + e)
+        acc = tl.where(big, acc * e + d, acc + e * d)
         return nm, z, acc
 
     @triton.jit
+    def _mix_rows(m, z, acc):
+        """The per-entry state of :func:`_mix_entry` reduced over its rows: the running ``(m, z,
+        acc)`` of each column, as :func:`_mix_value` takes it. Rows without a real entry are scaled
+        by exactly 0 in a column with one; a column with none is dropped by its max."""
+        mm = tl.max(m, 0)
+        sc = tl.exp(m - mm[None, :])
+        return mm, tl.sum(z * sc, 0), tl.sum(acc * sc, 0)
+
+    @triton.jit
     def _mix_value(m, z, acc):
-        """``(h, lse, ok)`` of a running mix (:func:`_mix_tile`), as ``_mix_step`` returns them."""
+        """``(h, lse, ok)`` of a running mix (:func:`_mix_rows`), as ``_mix_step`` returns them."""
         ok = m > -1e29
         zz = tl.where(z > 0, z, 1.0)
         lz = log_(zz)
@@ -394,7 +406,7 @@ if HAS_TRITON:
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr, HAS_IN: tl.constexpr,
                  HAS_MASK: tl.constexpr, REVERSE: tl.constexpr):
         """A memory-ring step's sum over the durations k <= ``k_lim`` (``_mix_step`` in tiles of KB
-        rows, :func:`_mix_tile`). Forward (the segment [t - k, t) ending at t = s + 1): rows p = t - k,
+        rows, folded per entry by :func:`_mix_entry` and reduced over the rows once, :func:`_mix_rows`). Forward (the segment [t - k, t) ending at t = s + 1): rows p = t - k,
         weights ``exp(U_hat_p + D[k-1] - (S_p - S_s) + frame_p - frame_s)``, entropies ``hU_p``,
         the run's own rows p >= ``own_end``. Beta (the segment [s, s + k)): rows p = s + k, weights
         ``exp(Y_hat_p + D[k-1] + (S_p - S_s) + frame_p - frame_t)``, entropies ``hY_p``, own rows
@@ -410,9 +422,9 @@ if HAS_TRITON:
         lim = tl.zeros([C_PAD], dtype=tl.int32)
         if HAS_MASK:
             lim = tl.load(lim_b + q * C + oc, mask=mc, other=0)
-        m = tl.full([C_PAD], MASK, tl.float32)
-        z = tl.zeros([C_PAD], dtype=tl.float32)
-        acc = tl.zeros([C_PAD], dtype=tl.float32)
+        m = tl.full([KB, C_PAD], MASK, tl.float32)
+        z = tl.zeros([KB, C_PAD], dtype=tl.float32)
+        acc = tl.zeros([KB, C_PAD], dtype=tl.float32)
         for k0 in range(0, k_lim, KB):
             kk = k0 + okb + 1
             ok = kk <= k_lim
@@ -439,8 +451,8 @@ if HAS_TRITON:
                 else:
                     x = tl.where(p[:, None] >= lim[None, :], x, MASK)
             hv, hf = _mem_h_rows(p, ok, own, hrow_b, fh_b, in32, in64, C, oc, mc, C_PAD, K_PAD, HAS_IN)
-            m, z, acc = _mix_tile(m, z, acc, x, hv + (hf - Fh).to(tl.float32)[:, None])
-        return m, z, acc
+            m, z, acc = _mix_entry(m, z, acc, x, hv + (hf - Fh).to(tl.float32)[:, None])
+        return _mix_rows(m, z, acc)
 
     @triton.jit
     def _ent_fwd_mem_run(a, b, L, k_max, h, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, in32, in64, C, K,
