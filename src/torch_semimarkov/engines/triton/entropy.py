@@ -748,8 +748,8 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
     from torch_semimarkov.engines.torch.reference import feasible
     from torch_semimarkov.engines.triton.launch import _prepare, final_scores, finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
-    from torch_semimarkov.engines.triton.plan import (AUX_WARPS, ENTROPY_MEM_WARPS, entropy_chunk, entropy_mem_rows,
-                                                      entropy_warps, fixup_tol, marginal_chunks)
+    from torch_semimarkov.engines.triton.plan import (AUX_WARPS, ENTROPY_MEM_WARPS, anchor_splits, entropy_chunk,
+                                                      entropy_mem_rows, entropy_warps, fixup_tol, marginal_chunks)
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
@@ -826,19 +826,22 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         x_hat, g, hy, oy = suffix()
     ok = feasible(final_scores(alpha_hat, frames, lengths))
 
-    # anchors: log Z, then H, every A positions
+    # anchors: log Z, then H, every A positions; the blocked engine's few anchors of O(K²·C) each
+    # split their starts over NS programs (partial sums, reduced here in float64), as the backward's
     A = W
     n_anchor = -(-T // A) + 1
-    lz = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
+    ns = anchor_splits(B, n_anchor, dev) if plan.kind == "mem" else 1
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
-                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
-    _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, out_ptr=lz,
-                                  K_BLOCK=plan.k_block, **mask_me)
+                   s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64,
+                   cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, K_BLOCK=plan.k_block, NS=ns, **mask_me)
+    lz = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
+    _anchor_kernel[(B, n_anchor * ns)](**rows_in, out_ptr=lz)
+    lz = torch.logsumexp(lz, -1) if ns > 1 else lz[..., 0]
     lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
-    H = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
-    _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, lz_ptr=lz,
-                                  hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H, K_BLOCK=plan.k_block,
-                                  ENT=True, **mask_me)
+    H = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
+    _anchor_kernel[(B, n_anchor * ns)](**rows_in, lz_ptr=lz, hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H,
+                                       ENT=True)
+    H = H.sum(-1) if ns > 1 else H[..., 0]
     H = torch.where(ok[:, None], H, torch.zeros_like(H))
 
     # weighted marginals

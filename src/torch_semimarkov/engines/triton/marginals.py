@@ -55,9 +55,11 @@ if HAS_TRITON:
         HAS_MASK: only the allowed segments (e <= max_end[s, c]).
         NS > 1 (large K): program (b, j·NS + p) sums the starts s = q - i with i in its p-th share
         of [0, K) and writes that partial log-sum to ``out_ptr`` (B, NA, NS); the host reduces.
-        ENT (the entropy, ``entropy.launch_entropy``; NS = 1): H from the same segments, which split
+        ENT (the entropy, ``entropy.launch_entropy``): H from the same segments, which split
         every segmentation into that segment, a prefix and a suffix (independent given it), so
-        ``H = sum_seg mu (hU_s + hY_e - log mu)``, mu under the anchor's log Z."""
+        ``H = sum_seg mu (hU_s + hY_e - log mu)``, mu under the anchor's log Z; with NS > 1 each
+        program writes its share's partial sum (the first share's with the reference ``href``),
+        which the host adds."""
         b = tl.program_id(0).to(tl.int64)
         j = tl.program_id(1)
         part = j * 0
@@ -132,8 +134,12 @@ if HAS_TRITON:
                     run_s = run_s * tl.exp(run_m - nm) + tl.sum(tl.exp(z - nm[None, :]), 0)
                     run_m = nm
         if ENT:
-            H = href + tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
-            tl.store(out_ptr + b * NA + j, H)
+            H = tl.sum(tl.where(mc, acc, 0.0), 0).to(tl.float64)
+            if NS > 1:
+                H = tl.where(part == 0, href, 0.0) + H
+            else:
+                H = href + H
+            tl.store(out_ptr + (b * NA + j) * NS + part, H)
         else:
             m = tl.max(run_m, 0)
             total = tl.sum(tl.where(mc, run_s * tl.exp(run_m - m), 0.0), 0)
