@@ -406,7 +406,8 @@ if HAS_TRITON:
                  C_PAD: tl.constexpr, K_PAD: tl.constexpr, KB: tl.constexpr, HAS_IN: tl.constexpr,
                  HAS_MASK: tl.constexpr, REVERSE: tl.constexpr):
         """A memory-ring step's sum over the durations k <= ``k_lim`` (``_mix_step`` in tiles of KB
-        rows, folded per entry by :func:`_mix_entry` and reduced over the rows once, :func:`_mix_rows`). Forward (the segment [t - k, t) ending at t = s + 1): rows p = t - k,
+        rows, folded per entry by :func:`_mix_entry`, reduced over the rows once by
+        :func:`_mix_rows`). Forward (the segment [t - k, t) ending at t = s + 1): rows p = t - k,
         weights ``exp(U_hat_p + D[k-1] - (S_p - S_s) + frame_p - frame_s)``, entropies ``hU_p``,
         the run's own rows p >= ``own_end``. Beta (the segment [s, s + k)): rows p = s + k, weights
         ``exp(Y_hat_p + D[k-1] + (S_p - S_s) + frame_p - frame_t)``, entropies ``hY_p``, own rows
