@@ -222,3 +222,36 @@ def test_duration_transition_programs_take_8_warps_from_32_padded_labels():
         assert make_plan(1, 1_000_000, 64, C, duration_transitions=True).num_warps == warps
         assert masked_plan(2, 40, 8, C, duration_transitions=True).num_warps == warps  # one chunk
     assert make_plan(1, 1_000_000, 64, 47, duration_transitions=True, num_warps=2).num_warps == 2
+
+
+def test_memory_ring_entropy_chunks_fill_one_wave_where_the_plans_would_take_two(monkeypatch):
+    """``plan.entropy_mem_chunk`` (GPU_NOTES 109): the memory-ring entropy recurrences (one program
+    per multiprocessor, prefix and suffix side by side) take the chunk count whose speculative and
+    fix-up launches are predicted shortest, in waves of 132 programs: 2 chunks of 1,500 at
+    (32, 3000, 960), where the blocked plan's 3 of 1,440 would make both launches two waves; every
+    chunk at least 1.5·K unless there is one; register-ring plans and a chunk override keep the
+    plan's chunks."""
+    from torch_semimarkov.engines.triton import plan as plan_mod
+    from torch_semimarkov.engines.triton.plan import entropy_chunk, entropy_mem_chunk, masked_plan
+
+    def steps(B, T, K, W, sms=132):
+        n = -(-T // W)
+        fix = -(-12 * K // 10)
+        return -(-2 * B * n // sms) * W + -(-2 * B * (n - 1) // sms) * min(W, fix)
+
+    p = masked_plan(32, 3000, 960, 47, blocked=True)
+    assert p.kind == "mem" and p.chunk == 1440
+    assert entropy_chunk(32, 3000, 960, p, None) == entropy_mem_chunk(32, 3000, 960, None) == 1500
+    assert steps(32, 3000, 960, 1500) < steps(32, 3000, 960, 1440)
+    assert entropy_mem_chunk(16, 20000, 960, None) == 5000 and entropy_mem_chunk(1, 100_000, 4000, None) == 6250
+    for B, T, K in [(1, 10**6, 960), (4, 100_000, 960), (2, 3000, 960), (1, 500, 960), (64, 5000, 200)]:
+        W = entropy_mem_chunk(B, T, K, None)
+        assert W >= T or W >= 1.5 * K
+        # no other admissible chunk count is predicted shorter
+        others = [-(-T // n) for n in range(1, 600) if n == 1 or -(-T // n) >= 1.5 * K]
+        assert steps(B, T, K, W) <= min(steps(B, T, K, w) for w in others)
+    reg = masked_plan(4, 100_000, 64, 24)
+    assert reg.kind == "reg" and entropy_chunk(4, 100_000, 64, reg, None) == reg.chunk
+    monkeypatch.setattr(plan_mod, "CHUNK_OVERRIDE", 2000)
+    p = masked_plan(32, 3000, 960, 47, blocked=True)
+    assert entropy_chunk(32, 3000, 960, p, None) == p.chunk

@@ -11,6 +11,7 @@ functions and constants at the end of this module.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -645,6 +646,11 @@ ENTROPY_PROGRAMS_PER_SM: Optional[int] = None
 #: spill 64-584 bytes (``benchmarks/probes/mem_entropy_registers.py``, GPU_NOTES 106; not timed).
 ENTROPY_MEM_WARPS = 8
 
+#: The fix-up length, in K, that the memory-ring entropy recurrences' chunk rule assumes
+#: (:func:`entropy_mem_chunk`): fix-ups on ordinary models converge after ~1.2·K (the blocked
+#: engine's, GPU_NOTES 35; the entropy recurrences' in the interpreter, GPU_NOTES 107).
+ENTROPY_MEM_FIXUP = 1.2
+
 #: The k-best kernels (``kbest.py``): elements of a (positions, labels, n) tile, from which the
 #: positions per program follow, and the warps of the top-pick kernel; the in-edges kernel's
 #: buffer and warps (one warp keeps the per-candidate reductions, the buffer's worst and "does any
@@ -781,12 +787,48 @@ def entropy_mem_rows(c_pad: int) -> int:
 
 
 def entropy_chunk(B: int, T: int, K_eff: int, plan: KernelPlan, device) -> int:
-    """Chunk length of the two entropy recurrences: the plan's, or about
-    :data:`ENTROPY_PROGRAMS_PER_SM` programs per multiprocessor, each at least 2·K long."""
-    if ENTROPY_PROGRAMS_PER_SM is None or CHUNK_OVERRIDE is not None:
+    """Chunk length of the two entropy recurrences: the plan's (a blocked plan's by
+    :func:`entropy_mem_chunk`), or about :data:`ENTROPY_PROGRAMS_PER_SM` programs per
+    multiprocessor, each at least 2·K long."""
+    if CHUNK_OVERRIDE is not None:
         return plan.chunk
+    if ENTROPY_PROGRAMS_PER_SM is None:
+        return entropy_mem_chunk(B, T, K_eff, device) if plan.kind == "mem" else plan.chunk
     want = max(1, -(-ENTROPY_PROGRAMS_PER_SM * _sms(device) // max(B, 1)))
     return max(2 * K_eff, 64, -(-T // want))
+
+
+def entropy_mem_chunk(B: int, T: int, K_eff: int, device) -> int:
+    """Chunk length of the memory-ring entropy recurrences (``MEM``: one 8-warp program per
+    multiprocessor): of the n chunks a sequence (each at least 1.5·K long unless n = 1), the one that
+    minimises the predicted steps of the speculative and fix-up launches,
+    ``waves(2·B·n)·W + waves(2·B·(n-1))·min(W, F)``, W = ceil(T / n), F =
+    :data:`ENTROPY_MEM_FIXUP`·K, with the prefix and suffix recurrences side by side (2·B·n
+    programs a launch) and ``waves(p) = ceil(p / SMs)``. A chunk pays ~F fix-up steps, and a launch
+    of more programs than multiprocessors runs in waves, so where the blocked plan's chunks (sized
+    for the blocked engine's cheaper steps) would take two waves, fewer and longer chunks that fit
+    in one win: on 132 multiprocessors (32, 3000, 960) takes 2 chunks of 1,500 instead of 3 of 1,440,
+    (16, 20000, 960) 4 of 5,000 instead of 8 of 2,500. Ties go to fewer chunks.
+
+    >>> entropy_mem_chunk(32, 3000, 960, None), entropy_mem_chunk(16, 20000, 960, None)
+    (1500, 5000)
+    """
+    return _entropy_mem_chunk(B, T, K_eff, _sms(device), ENTROPY_MEM_FIXUP)
+
+
+@functools.lru_cache(maxsize=256)
+def _entropy_mem_chunk(B: int, T: int, K_eff: int, sms: int, fixup: float) -> int:
+    fix = math.ceil(fixup * K_eff)
+    least = math.ceil(1.5 * K_eff)
+    best = None
+    for n in range(1, max(1, 4 * -(-sms // max(2 * B, 1))) + 1):
+        W = -(-T // n)
+        if n > 1 and W < least:
+            break
+        steps = -(-2 * B * n // sms) * W + -(-2 * B * (n - 1) // sms) * min(W, fix)
+        if best is None or steps < best[0]:
+            best = (steps, W)
+    return max(best[1], 1)
 
 
 def sample_chunk_length(rows: int, T: int, K: int, device) -> int:
