@@ -1,10 +1,10 @@
 #!/bin/bash
-# The next device call for the memory-ring entropy (issue 25, GPU_NOTES 107-108). On an H200 first the
+# The next device call for the memory-ring entropy (issue 25, GPU_NOTES 107-109). On an H200 first the
 # (32, 3000, 960, 47) row of bench_genomics.py (both engines: the 20 ms target); then test_gpu.py's
 # entropy tests (the 512 x 64 memory-ring cases have not run compiled); then a profile of one
-# entropy-with-gradient call by kernel (mem_entropy_profile.py); then mem_entropy_time.py with the
-# anchors split (this tree) against 7eed512 (anchors one program each) at two genomics shapes, one
-# process per tree and shape. Results in one archive under $OUT.
+# entropy-with-gradient call by kernel (mem_entropy_profile.py); then mem_entropy_time.py, this tree
+# (anchors split over programs, note 108; the recurrences' own chunks, note 109) against 7eed512
+# (neither) at two genomics shapes, one process per tree and shape. Results in one archive under $OUT.
 #     rm -rf .gpu/head && mkdir -p .gpu/head && git archive 7eed512 src | tar -x -C .gpu/head
 #     LIMIT=520 bash benchmarks/probes/mem_entropy_call4.sh          (carry .gpu; timeout_s ~580)
 export PYTHONUNBUFFERED=1

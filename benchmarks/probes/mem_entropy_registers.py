@@ -7,6 +7,7 @@ compiled by ``compile_kernels.py``'s report (Triton, the bundled ``ptxas -v``).
 
     python benchmarks/probes/mem_entropy_registers.py        # $OUT/mem_entropy_registers.json (OUT default /tmp)
     K_PAD=1024 WARPS=4,8 python benchmarks/probes/mem_entropy_registers.py
+    PTX_DIR=/tmp/ptx WARPS=8 python benchmarks/probes/mem_entropy_registers.py   (each variant's PTX too)
 """
 import json
 import os
@@ -44,7 +45,7 @@ def main():
     records = [dict(r, num_warps=w, constexprs=dict(r["constexprs"], K_PAD=K_PAD, KB=kb))
                for r in records if r["name"] == "_ent_chunks_kernel" and r["constexprs"].get("MEM") for w in WARPS]
     rows = []
-    for r in compile_report(records, os.path.join(ROOT, "src")):
+    for r in compile_report(records, os.path.join(ROOT, "src"), save_ptx=os.environ.get("PTX_DIR")):
         c = r.pop("constexprs")
         r["variant"] = {k: c[k] for k in sorted(c) if c[k] not in (None, False)}
         rows.append(r)
