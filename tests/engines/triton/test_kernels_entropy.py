@@ -159,7 +159,7 @@ def _blocked_plans(monkeypatch):
                                                  (None, False, True), (2, False, True)],
                          ids=["one-duration-block", "duration-blocks-of-2", "KCC", "blocked",
                               "blocked-duration-blocks-of-2"])
-@pytest.mark.parametrize("chunk", [7, 3])
+@pytest.mark.parametrize("chunk", [7, 3, None])
 def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, k_block, kcc, blocked, chunk):
     """T = 30 in chunks of 7 or 3 (fix-ups and the repair run; on the register ring chunks of 3
     are shorter than K, so a chunk's end state holds its predecessor's rows; the blocked engine's
@@ -168,9 +168,15 @@ def test_engine_entropy_gradient_with_fix_ups_on_a_longer_sequence(monkeypatch, 
     With duration tiles of 2 the weighted-marginal and anchor kernels take several duration
     blocks (P_start / Q_start accumulate across them); ``kcc``: a (K, C, C) transition;
     ``blocked``: the blocked engine's rows and the entropy recurrences with their ring in memory
-    (``MEM``, the path of rings too large for registers; tiles of 2 durations: several a sum)."""
+    (``MEM``, the path of rings too large for registers; tiles of 2 durations: several a sum);
+    ``chunk`` None: the plans' own chunks, where the memory-ring entropy recurrences take
+    ``plan.entropy_mem_chunk``'s (4 chunks of 8 here) and log Z's rows one chunk."""
     if kcc and chunk == 3:
         pytest.skip("the (K, C, C) recurrence's chunks are covered at 7")
+    if chunk is None and not blocked:
+        pytest.skip("the plans' own chunks matter for the memory-ring entropy only")
+    if chunk is None:
+        assert plan_mod.entropy_mem_chunk(2, 30, 5, None) == 8
     monkeypatch.setattr(plan_mod, "K_BLOCK_OVERRIDE", k_block)
     kinds = _blocked_plans(monkeypatch) if blocked else None
     recording = recording_engine(monkeypatch, chunk, entropy_mod, "_entropy_engine")
