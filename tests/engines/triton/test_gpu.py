@@ -384,8 +384,8 @@ def test_entropy_gradient_on_the_engine_equals_the_float64_path(masked, kcc):
     """The entropy with its gradient on the engine against the float64 PyTorch path on the CPU:
     a (K, C, C) model (the direct recurrence's prefix and suffix entropies over several chunks,
     anchors, weighted marginals), and a (C, C) model whose 512 x 64 ring is too large for
-    registers (the memory-ring entropy recurrences on the blocked engine's rows, three chunks; the
-    float64 path takes ~30 s of one CPU thread there)."""
+    registers (the memory-ring entropy recurrences on the blocked engine's rows of three chunks, in
+    two chunks of their own; the float64 path takes ~30 s of one CPU thread there)."""
     from torch_semimarkov import semi_crf_streaming_entropy
     from torch_semimarkov.engines.triton.plan import masked_plan
 
