@@ -110,6 +110,18 @@ if HAS_TRITON:
         return tl.where(ok, h, 0.0), ok
 
     @triton.jit
+    def _stored_ref(row, F, row_b, f_b, q, C, oc, mc, COMPARE: tl.constexpr):
+        """What a fix-up compares its row q with: the stored row and frame, read before this run
+        overwrites them (``(row, F)`` themselves without COMPARE)."""
+        ref = row
+        f_ref = F
+        if COMPARE:
+            ref = tl.load(row_b + q * C + oc, mask=mc, other=MASK)
+            f_ref = tl.load(f_b + q)
+            tl.debug_barrier()
+        return ref, f_ref
+
+    @triton.jit
     def _prefix_label_step(h, av, uv, trT, s, Fh, h_b, hu_b, fh_b, C, oc, mc, COMPARE: tl.constexpr):
         """The prefix entropies' label step at s: ``hU_s`` from ``h_s`` (the predecessor label; the
         phantom at s = 0 is no choice), then rows ``h_s``, ``hU_s`` and their frame stored (a
@@ -117,12 +129,7 @@ if HAS_TRITON:
         stored hU_s, stored frame)`` (the last two ``hU_s`` and ``Fh`` without COMPARE)."""
         hu, _ = _pick_step(trT + av[None, :], h)
         hu = tl.where(mc & (uv > -1e29), tl.where(s == 0, 0.0, hu), MASK)
-        hu_ref = hu
-        fh_ref = Fh
-        if COMPARE:
-            hu_ref = tl.load(hu_b + s * C + oc, mask=mc, other=MASK)
-            fh_ref = tl.load(fh_b + s)
-            tl.debug_barrier()
+        hu_ref, fh_ref = _stored_ref(hu, Fh, hu_b, fh_b, s, C, oc, mc, COMPARE)
         tl.store(h_b + s * C + oc, h, mask=mc)
         tl.store(hu_b + s * C + oc, hu, mask=mc)
         tl.store(fh_b + s, Fh)
@@ -135,12 +142,7 @@ if HAS_TRITON:
         hY_t, stored frame)`` (the last two ``hY_t`` and ``Gh`` without COMPARE); the mirror of
         :func:`_prefix_label_step`."""
         hyrow = tl.where(mc & (yv > -1e29), hy, MASK)
-        hy_ref = hyrow
-        gh_ref = Gh
-        if COMPARE:
-            hy_ref = tl.load(hy_b + t * C + oc, mask=mc, other=MASK)
-            gh_ref = tl.load(gh_b + t)
-            tl.debug_barrier()
+        hy_ref, gh_ref = _stored_ref(hyrow, Gh, hy_b, gh_b, t, C, oc, mc, COMPARE)
         tl.store(hy_b + t * C + oc, hyrow, mask=mc)
         tl.store(gh_b + t, Gh)
         return hyrow, hy_ref, gh_ref
