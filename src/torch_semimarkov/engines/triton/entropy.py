@@ -749,10 +749,10 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         with no allowed segmentation: H = 0 and every q 0.
     """
     from torch_semimarkov.engines.torch.reference import feasible
-    from torch_semimarkov.engines.triton.launch import _prepare, final_scores, finish_marginals
+    from torch_semimarkov.engines.triton.launch import _prepare, anchor_log_z, final_scores, finish_marginals
     from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
-    from torch_semimarkov.engines.triton.plan import (AUX_WARPS, ENTROPY_MEM_WARPS, anchor_splits, entropy_chunk,
-                                                      entropy_mem_rows, entropy_warps, fixup_tol, marginal_chunks)
+    from torch_semimarkov.engines.triton.plan import (AUX_WARPS, ENTROPY_MEM_WARPS, entropy_chunk, entropy_mem_rows,
+                                                      entropy_warps, fixup_tol, marginal_chunks)
     from torch_semimarkov.engines.triton.parallel import (_chunk_state, _three_phases, backward_offsets, beta_chunked, forward_chunked,
                            forward_offsets)
 
@@ -829,21 +829,18 @@ def launch_entropy(cum_scores, transition, duration_bias, lengths, K, proj_start
         x_hat, g, hy, oy = suffix()
     ok = feasible(final_scores(alpha_hat, frames, lengths))
 
-    # anchors: log Z, then H, every A positions; the blocked engine's few anchors of O(K²·C) each
-    # split their starts over NS programs (partial sums, reduced here in float64), as the backward's
+    # anchors: log Z, then H, every A positions (the blocked engine's split over NS programs each,
+    # H's partial sums reduced here in float64 as log Z's partial log-sums are)
     A = W
     n_anchor = -(-T // A) + 1
-    ns = anchor_splits(B, n_anchor, dev) if plan.kind == "mem" else 1
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
                    s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64,
-                   cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, K_BLOCK=plan.k_block, NS=ns, **mask_me)
-    lz = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
-    _anchor_kernel[(B, n_anchor * ns)](**rows_in, out_ptr=lz)
-    lz = torch.logsumexp(lz, -1) if ns > 1 else lz[..., 0]
+                   cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat, K_BLOCK=plan.k_block, **mask_me)
+    lz, ns = anchor_log_z(plan, rows_in, B, n_anchor, dev)
     lz = torch.where(ok[:, None], lz, torch.zeros_like(lz))
     H = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
     _anchor_kernel[(B, n_anchor * ns)](**rows_in, lz_ptr=lz, hu_ptr=hu, oh_ptr=oh, hy_ptr=hy, oy_ptr=oy, out_ptr=H,
-                                       ENT=True)
+                                       NS=ns, ENT=True)
     H = H.sum(-1) if ns > 1 else H[..., 0]
     H = torch.where(ok[:, None], H, torch.zeros_like(H))
 

@@ -263,6 +263,20 @@ def _blk_segments(marg, tiles, w_hat, wdb, B, nch, groups):
         LAST_MARG_STATS = st
 
 
+def anchor_log_z(plan: KernelPlan, rows_in: dict, B: int, n_anchor: int, dev, **args):
+    """log Z from the stored rows at the ``n_anchor`` anchors of each sequence
+    (``marginals._anchor_kernel`` with ``rows_in`` and ``args``): ``(anchors (B, n_anchor) float64,
+    NS)``. The blocked engine's few anchors of O(K²·C) each split their starts over NS programs
+    (:func:`~.plan.anchor_splits`), whose partial log-sums are reduced here in float64, so that they
+    fill the GPU; other plans take one program an anchor (NS = 1)."""
+    from torch_semimarkov.engines.triton.marginals import _anchor_kernel
+
+    ns = anchor_splits(B, n_anchor, dev) if plan.kind == "mem" and plan.time_parallel else 1
+    out = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
+    _anchor_kernel[(B, n_anchor * ns)](**rows_in, **args, out_ptr=out, NS=ns)
+    return (torch.logsumexp(out, -1) if ns > 1 else out[..., 0]), ns
+
+
 def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_start, proj_end, *, plan: KernelPlan,
                     state: ForwardState, masks=None):
     """Marginals and per-sequence parameter gradients of log Z (unscaled by any upstream gradient),
@@ -276,7 +290,7 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     """
     from torch_semimarkov.engines.triton.beta import (_beta_duration_tr_kernel, _beta_factored_kernel,
                                                       _beta_factored_reg_kernel, beta_transition)
-    from torch_semimarkov.engines.triton.marginals import _anchor_kernel, _shared_factored_kernel
+    from torch_semimarkov.engines.triton.marginals import _shared_factored_kernel
 
     cum_scores, transition, duration_bias, lengths, proj_start, proj_end = _prepare(
         cum_scores, transition, duration_bias, lengths, proj_start, proj_end)
@@ -344,7 +358,6 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
     # duration, label) tiles (``_blk_seg_kernel``), then the per-position kernel for the rest
     tiled = plan.kind == "mem" and plan.time_parallel and masks is None and plan.marg != "position"
     n_anchor = -(-T // A) + 1
-    anchors = torch.empty((B, n_anchor), device=dev, dtype=torch.float64)
     rows_in = dict(len_ptr=lengths, f_ptr=frames, x_ptr=x_hat, g_ptr=g, C=C, K=K_eff, A=A, NA=n_anchor,
                    s_cum_b=T1 * C, s_a_b=T1 * C, s_f_b=T1, C_PAD=plan.c_pad, num_warps=AUX_WARPS, IDX64=plan.idx64)
     if tiled:
@@ -352,19 +365,8 @@ def launch_backward(cum_scores, transition, duration_bias, lengths, K, proj_star
         anchors = _blk_anchors(rows_in, tiles, cum_scores, w_hat, torch.where(ok, lz, 0.0), B, n_anchor)
     else:
         extra = {} if masks is None else dict(me_ptr=masks[1], HAS_MASK=True)
-        # the blocked engine's few anchors of O(K²·C) each: split every anchor's starts over NS
-        # programs (partial log-sums, reduced here in float64) so that they fill the GPU
-        ns = 1
-        if plan.kind == "mem" and plan.time_parallel:
-            ns = anchor_splits(B, n_anchor, dev)
-        if ns > 1:
-            parts = torch.empty((B, n_anchor, ns), device=dev, dtype=torch.float64)
-            _anchor_kernel[(B, n_anchor * ns)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
-                                               out_ptr=parts, K_BLOCK=plan.k_block, NS=ns, **extra)
-            anchors = torch.logsumexp(parts, -1)
-        else:
-            _anchor_kernel[(B, n_anchor)](**rows_in, cum_ptr=cum_scores, db_ptr=duration_bias, w_ptr=w_hat,
-                                          out_ptr=anchors, K_BLOCK=plan.k_block, **extra)
+        anchors, _ = anchor_log_z(plan, rows_in, B, n_anchor, dev, cum_ptr=cum_scores, db_ptr=duration_bias,
+                                  w_ptr=w_hat, K_BLOCK=plan.k_block, **extra)
     anchors = torch.where(ok[:, None], anchors, torch.zeros_like(anchors))
     marg = dict(**inputs, pe_ptr=pe, anc_ptr=anchors, a_ptr=alpha_hat, f_ptr=frames, x_ptr=x_hat, g_ptr=g,
                 pst_ptr=p_start, pend_ptr=p_end, CH=ch, NCH=nch, A=A, NA=n_anchor, s_a_b=T1 * C, s_f_b=T1,
