@@ -34,8 +34,8 @@ def beta_transition(transition):
 if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition, seq_length
-    from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds, window_offset
-    from torch_semimarkov.engines.triton.common import window_start
+    from torch_semimarkov.engines.triton.common import ent_row, log_, possible_shift, row_offset_bounds
+    from torch_semimarkov.engines.triton.common import window_row, window_start
 
     @triton.jit
     def beta_step(s, L, k_max, ring, rfr, beta, G, shift, s_ref, s_next, s_s, ps_s, pe_s,
@@ -159,11 +159,7 @@ if HAS_TRITON:
             tl.store(g_b + t + oj * 0, tl.zeros([K_PAD], tl.float64) + G_t, mask=oj == 0)
             if COMPARE:
                 lo, hi = row_offset_bounds(y, y_ref, G_t - g_ref, mc, TOL)
-                t32 = tl.cast(t, tl.int32)
-                inwin = ((oj - t32) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = window_row(wlo, whi, oj, tl.cast(t, tl.int32), lo, hi, delta, K, K_PAD, True)
             s -= 1
         return ring, rfr, beta, G, s_ref, conv, delta, b - 1 - s, s + 2
 
@@ -521,11 +517,7 @@ if HAS_TRITON:
             tl.store(g_b + t + oc * 0, tl.zeros([C_PAD], tl.float64) + G, mask=oc == 0)
             if COMPARE:
                 lo, hi = row_offset_bounds(y, y_ref, G - g_ref, mc, TOL)
-                t32 = tl.cast(t, tl.int32)
-                inwin = ((oj - t32) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = window_row(wlo, whi, oj, tl.cast(t, tl.int32), lo, hi, delta, K, K_PAD, True)
             # the step reads this row from other threads
             tl.debug_barrier()
             if ENT:

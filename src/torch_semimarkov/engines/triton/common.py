@@ -186,6 +186,20 @@ if HAS_TRITON:
         return wlo, whi, ok, delta
 
     @triton.jit
+    def window_row(wlo, whi, oj, q32, lo, hi, delta, K, K_PAD: tl.constexpr, REVERSE: tl.constexpr):
+        """A fix-up's recomputed row q (``q32``), whose offset interval against the stored row is
+        [lo, hi], into the window ring of the last K rows in the run's direction
+        (:func:`window_offset`): ``(wlo, whi, delta, converged)``, delta kept until they agree."""
+        if REVERSE:
+            inwin = ((oj - q32) & (K_PAD - 1)) < K
+        else:
+            inwin = ((q32 - oj) & (K_PAD - 1)) < K
+        wlo, whi, ok, d = window_offset(wlo, whi, oj, q32 & (K_PAD - 1), lo, hi, inwin)
+        delta = tl.where(ok, d, delta)
+        conv = tl.where(ok, 1, 0).to(tl.int32)
+        return wlo, whi, delta, conv
+
+    @triton.jit
     def sweep_start(n_chunks, PHASE: tl.constexpr, REVERSE: tl.constexpr):
         """The chunks a time-parallel program visits after the speculative pass (the chunk
         driver shared by every chunked kernel): ``(j0, count)``. PHASE 2 (fix-up): its own chunk,

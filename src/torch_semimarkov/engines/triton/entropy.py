@@ -44,8 +44,8 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition
     from torch_semimarkov.engines.triton.beta import _fix_suffix_frames
-    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds, window_offset
-    from torch_semimarkov.engines.triton.common import window_start
+    from torch_semimarkov.engines.triton.common import log_, possible_shift, row_offset_bounds
+    from torch_semimarkov.engines.triton.common import window_row, window_start
     from torch_semimarkov.engines.triton.common import chunk_clean, passed_clean, record_rerun, rerun_owns_end
     from torch_semimarkov.engines.triton.common import sweep_chunk, sweep_start
     from torch_semimarkov.engines.triton.forward import _fix_prefix_frames
@@ -154,15 +154,7 @@ if HAS_TRITON:
         one (their frames ``fd`` apart): its offset interval enters the window ring of the last K
         rows in the run's direction. Returns ``(wlo, whi, delta, converged)``."""
         lo, hi = row_offset_bounds(row, ref, fd, mc, TOL)
-        slot = q32 & (K_PAD - 1)
-        if REVERSE:
-            inwin = ((oj - q32) & (K_PAD - 1)) < K
-        else:
-            inwin = ((q32 - oj) & (K_PAD - 1)) < K
-        wlo, whi, ok, d = window_offset(wlo, whi, oj, slot, lo, hi, inwin)
-        delta = tl.where(ok, d, delta)
-        conv = tl.where(ok, 1, 0).to(tl.int32)
-        return wlo, whi, delta, conv
+        return window_row(wlo, whi, oj, q32, lo, hi, delta, K, K_PAD, REVERSE)
 
     @triton.jit
     def _ent_fwd_run(a, b, L, k_max, hr, h, hfr, Fh, cum_b, a_b, w_b, f_b, h_b, hu_b, fh_b, trT, db_ptr, C, K, oj,

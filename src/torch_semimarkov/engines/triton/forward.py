@@ -53,8 +53,7 @@ if HAS_TRITON:
     from torch_semimarkov.engines.triton.common import MASK_K as MASK
     from torch_semimarkov.engines.triton.common import load_transition, seq_length
     from torch_semimarkov.engines.triton.common import (ent_row, ent_terms, log_, lse_rows, possible_shift,
-                                                         row_offset_bounds, window_offset,
-                                                         window_start)
+                                                         row_offset_bounds, window_row, window_start)
 
     @triton.jit
     def reg_step(t, L, k_max, ring, rfr, bring, alpha, F, shift, s_ref, s_prev, s_t, ps_s, pe_s,
@@ -223,11 +222,7 @@ if HAS_TRITON:
                 if IS_MAX:
                     lo = tl.maximum(lo, a_lo)
                     hi = tl.minimum(hi, a_hi)
-                s32 = tl.cast(s, tl.int32)
-                inwin = ((s32 - oj) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, s32 & (K_PAD - 1), lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = window_row(wlo, whi, oj, tl.cast(s, tl.int32), lo, hi, delta, K, K_PAD, False)
             t += 1
         return ring, rfr, bring, alpha, F, conv, delta, t - 1 - a, t - 1
 
@@ -827,11 +822,7 @@ if HAS_TRITON:
                 # row b belongs to the next chunk: nothing to compare it with
                 lo = tl.where(own, lo, 1e300)
                 hi = tl.where(own, hi, -1e300)
-                t32 = tl.cast(t, tl.int32)
-                inwin = ((t32 - oj) & (K_PAD - 1)) < K
-                wlo, whi, ok, d = window_offset(wlo, whi, oj, t32 & (K_PAD - 1), lo, hi, inwin)
-                delta = tl.where(ok, d, delta)
-                conv = tl.where(ok, 1, 0).to(tl.int32)
+                wlo, whi, delta, conv = window_row(wlo, whi, oj, tl.cast(t, tl.int32), lo, hi, delta, K, K_PAD, False)
             # the next step reads this row from other threads
             tl.debug_barrier()
             t += 1
